@@ -1,0 +1,1 @@
+"""xlnet-jax: XLNet pretraining in JAX/Flax."""

@@ -1,0 +1,1 @@
+"""Data side: tokenizer, corpus preparation and the recurrent batch streams."""
