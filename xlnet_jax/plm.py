@@ -1,0 +1,219 @@
+"""The permutation-LM objective as jitted pure functions: targets, orders and masks.
+
+`sample_plm` turns a batch of O(B·L) token arrays into a PLM sample (targets and a
+factorization order per row); `perm_mask` expands a sample into the [B, L, L] attention
+mask inside the jitted step, so no L x L array ever crosses host -> device.
+
+Layout of a row: the reuse block [0, reuse_len) (next step's memory) followed by the new
+block [reuse_len, seq_len) = A <sep> B <sep> <cls>. Each block gets its own targets
+(num_predict // 2 in the new block, the rest in the reuse block; all of them in the one
+block when reuse_len == 0); how targets are drawn is in `plm_spans`.
+
+The order (original `_local_perm`): one random permutation of perm_size positions per
+row, applied to every consecutive block of perm_size positions, so ranks grow block by
+block and the reuse block is ordered before the new block. Tokens that are neither targets
+nor functional get rank -1: they come first, everyone sees them and they see no target.
+
+Mask (True = query i may NOT attend key j):
+  perm_mask[i, j] = (self_rank[i] <= rank[j] and j is a target or functional token)
+                    or (i in the reuse block and j in the new block),
+with self_rank = rank for targets (a target never sees itself: query stream) and
+rank + 1 otherwise. The content stream uses perm_mask & ~eye; memory is always visible.
+Unlike the original, whose new block sees the whole reuse block, a non-target of the new
+block (rank -1) does not see reuse-block targets here: one global order for the row.
+"""
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from xlnet_jax import plm_spans
+
+
+@dataclasses.dataclass(frozen=True)
+class PLMConfig:
+    """The objective's hashable view of the config (a static jit argument)."""
+
+    seq_len: int  # Tokens per row: reuse block + A <sep> B <sep> <cls>.
+    reuse_len: int  # Leading tokens of a row that become the next step's memory.
+    num_predict: int  # Targets per row, exactly (padding with weight 0 if too few tokens).
+    perm_size: int  # Factorization orders are shared by blocks of this many tokens.
+    mask_alpha: float  # Context tokens per span = span_len * mask_alpha // mask_beta.
+    mask_beta: float  # See mask_alpha.
+    max_span: int  # Longest span in words; p(n) is proportional to 1/n.
+
+    @classmethod
+    def from_config(cls, config) -> "PLMConfig":
+        """Picks the objective's fields out of the full (ml_collections) config."""
+        return cls(**{f.name: config[f.name] for f in dataclasses.fields(cls)})
+
+
+# Functional tokens at the end of the new block: A <sep> B <sep> <cls>.
+NUM_FUNCTIONAL = 3
+
+
+def target_blocks(cfg: PLMConfig) -> tuple[tuple[int, int, int], ...]:
+    """(start, end, goal) of each block of a row: the reuse block (if any), then the new
+    block, which holds num_predict // 2 targets (all of them without a reuse block)."""
+    if cfg.reuse_len == 0:
+        return ((0, cfg.seq_len, cfg.num_predict),)
+    new_goal = cfg.num_predict // 2
+    return (
+        (0, cfg.reuse_len, cfg.num_predict - new_goal),
+        (cfg.reuse_len, cfg.seq_len, new_goal),
+    )
+
+
+def validate_plm_config(cfg: PLMConfig) -> None:
+    """Rejects configs the sampler cannot honour, before anything is compiled.
+
+    Raises:
+      ValueError: naming the offending field and the constraint it breaks.
+    """
+
+    def check(ok: bool, field: str, message: str) -> None:
+        if not ok:
+            raise ValueError(f"{field}: {message}")
+
+    check(cfg.seq_len > NUM_FUNCTIONAL, "seq_len", f"must be > {NUM_FUNCTIONAL}, got {cfg.seq_len}")
+    check(cfg.reuse_len >= 0, "reuse_len", f"must be >= 0, got {cfg.reuse_len}")
+    check(
+        cfg.reuse_len < cfg.seq_len - NUM_FUNCTIONAL,
+        "reuse_len",
+        f"must be < seq_len - {NUM_FUNCTIONAL} = {cfg.seq_len - NUM_FUNCTIONAL} "
+        f"(the new block holds A <sep> B <sep> <cls>), got {cfg.reuse_len}",
+    )
+    check(cfg.num_predict >= 1, "num_predict", f"must be >= 1, got {cfg.num_predict}")
+    check(cfg.max_span >= 1, "max_span", f"must be >= 1, got {cfg.max_span}")
+    check(cfg.mask_alpha > 0, "mask_alpha", f"must be > 0, got {cfg.mask_alpha}")
+    check(cfg.mask_beta > 0, "mask_beta", f"must be > 0, got {cfg.mask_beta}")
+    check(cfg.perm_size >= 1, "perm_size", f"must be >= 1, got {cfg.perm_size}")
+    for start, end, goal in target_blocks(cfg):
+        name = "reuse" if end == cfg.reuse_len else "new"
+        eligible = end - start - (NUM_FUNCTIONAL if name == "new" else 0)
+        check(
+            goal <= eligible,
+            "num_predict",
+            f"{cfg.num_predict} puts {goal} targets in the {name} block "
+            f"[{start}, {end}), which has only {eligible} non-functional tokens",
+        )
+        check(
+            (end - start) % cfg.perm_size == 0,
+            "perm_size",
+            f"{cfg.perm_size} must divide the {name} block length {end - start}",
+        )
+
+
+class PLMSample(NamedTuple):
+    """Targets and factorization order of a batch; every field is O(B·L)."""
+
+    ranks: jax.Array  # int32 [B, L]: rank in the order; -1 for non-target non-functional.
+    is_target: jax.Array  # bool [B, L]
+    target_pos: jax.Array  # int32 [B, P]: target positions, ascending; padding points at 0.
+    target_ids: jax.Array  # int32 [B, P]: input_ids at target_pos; 0 for padding.
+    target_weights: jax.Array  # float32 [B, P]: 1 for real targets, 0 for padding.
+
+
+def _forward_order(x: jax.Array, is_backward: jax.Array) -> jax.Array:
+    """The block in forward text order: reversed for a backward row (an involution)."""
+    return jnp.where(is_backward, x[::-1], x)
+
+
+def _row_targets(
+    key: jax.Array,
+    is_word_start: jax.Array,
+    is_functional: jax.Array,
+    is_backward: jax.Array,
+    cfg: PLMConfig,
+) -> jax.Array:
+    """bool [L] targets of one row, block by block. A backward row holds its stream
+    reversed: each block is flipped to forward text order, sampled, and flipped back."""
+    blocks = target_blocks(cfg)
+    parts = []
+    for block_key, (start, end, goal) in zip(
+        jax.random.split(key, len(blocks)), blocks, strict=True
+    ):
+        chosen, _ = plm_spans.sample_block_targets(
+            block_key,
+            _forward_order(is_word_start[start:end], is_backward),
+            _forward_order(is_functional[start:end], is_backward),
+            goal,
+            cfg.max_span,
+            cfg.mask_alpha,
+            cfg.mask_beta,
+        )
+        parts.append(_forward_order(chosen, is_backward))
+    return jnp.concatenate(parts)
+
+
+def _local_ranks(key: jax.Array, seq_len: int, perm_size: int) -> jax.Array:
+    """int32 [L]: one random permutation of perm_size applied to every perm_size block,
+    offset by the block start, so earlier blocks rank before later ones."""
+    sigma = jax.random.permutation(key, perm_size).astype(jnp.int32)
+    pos = jnp.arange(seq_len, dtype=jnp.int32)
+    return (pos // perm_size) * perm_size + sigma[pos % perm_size]
+
+
+def _sample_row(key, input_ids, is_word_start, is_functional, is_backward, cfg):
+    """PLMSample fields (unbatched) of one row from its own key."""
+    k_targets, k_order = jax.random.split(key)
+    is_target = _row_targets(k_targets, is_word_start, is_functional, is_backward, cfg)
+    ranks = _local_ranks(k_order, cfg.seq_len, cfg.perm_size)
+    ranks = jnp.where(is_target | is_functional, ranks, -1)
+    num_real = jnp.sum(is_target, dtype=jnp.int32)
+    target_pos = jnp.nonzero(is_target, size=cfg.num_predict, fill_value=0)[0].astype(jnp.int32)
+    is_real = jnp.arange(cfg.num_predict) < num_real
+    target_ids = jnp.where(is_real, input_ids[target_pos], 0).astype(jnp.int32)
+    return PLMSample(ranks, is_target, target_pos, target_ids, is_real.astype(jnp.float32))
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def sample_plm(
+    key: jax.Array,
+    input_ids: jax.Array,
+    is_word_start: jax.Array,
+    is_functional: jax.Array,
+    is_backward: jax.Array,
+    cfg: PLMConfig,
+) -> PLMSample:
+    """Samples targets and a factorization order for every row of a batch.
+
+    Args:
+      key: PRNG key; row b uses fold_in(key, b), so rows are independent and the sample
+        is a pure function of (key, inputs).
+      input_ids: int32 [B, L].
+      is_word_start: bool [B, L], the piece begins a word ('▁', '<' or punctuation piece).
+      is_functional: bool [B, L], <sep>, <cls> or <pad>: never a target, always ordered.
+      is_backward: bool [B], the row holds its stream reversed (bi_data).
+      cfg: static PLMConfig; validated at trace time.
+
+    Returns:
+      PLMSample with exactly cfg.num_predict targets per row (weight-0 padding only where
+      a block has fewer non-functional tokens than its goal).
+    """
+    validate_plm_config(cfg)
+    if input_ids.shape[-1] != cfg.seq_len:
+        raise ValueError(f"seq_len: {cfg.seq_len} != input length {input_ids.shape[-1]}")
+    rows = jnp.arange(input_ids.shape[0])
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, rows)
+    sample_row = functools.partial(_sample_row, cfg=cfg)
+    return jax.vmap(sample_row)(keys, input_ids, is_word_start, is_functional, is_backward)
+
+
+@functools.partial(jax.jit, static_argnames="reuse_len")
+def perm_mask(sample: PLMSample, is_functional: jax.Array, reuse_len: int) -> jax.Array:
+    """bool [B, L, L]: True where query i may NOT attend key j (see the module doc).
+
+    Built inside the jitted step from O(B·L) inputs. The content stream adds the diagonal
+    back (perm_mask & ~eye); memory is not part of this mask.
+    """
+    ranks = sample.ranks
+    ordered = sample.is_target | is_functional
+    self_rank = jnp.where(sample.is_target, ranks, ranks + 1)
+    mask = (self_rank[:, :, None] <= ranks[:, None, :]) & ordered[:, None, :]
+    pos = jnp.arange(ranks.shape[-1])
+    reuse_to_new = (pos[:, None] < reuse_len) & (pos[None, :] >= reuse_len)
+    return mask | reuse_to_new[None]
