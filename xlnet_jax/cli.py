@@ -1,0 +1,300 @@
+"""The `xlnet-jax` command: prepare, train, eval, compile, launch, import-hf, export-hf.
+
+Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Known errors (bad
+config, bad corpus, unusable workdir or checkpoint) print one line and exit 1; no traceback.
+"""
+
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Callable
+
+from absl import flags
+from ml_collections import config_flags
+
+USAGE = """usage: xlnet-jax COMMAND [flags]
+
+XLNet pretraining in JAX/Flax.
+
+commands:
+{commands}
+
+Run `xlnet-jax COMMAND --help` for a command's flags.
+Quick demo:  xlnet-jax prepare --out demo/corpus --vocab_size 8000
+             xlnet-jax train --config configs/tiny.py --workdir demo/run \\
+                 --config.corpus_dir demo/corpus
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: a one-line summary, its flag definitions and its body."""
+
+    summary: str
+    define: Callable[[flags.FlagValues], None]
+    main: Callable[[flags.FlagValues, list[str]], int]
+    positional: str = ""
+
+
+def _define_config(fv: flags.FlagValues) -> None:
+    config_flags.DEFINE_config_file(
+        "config",
+        None,
+        "Config file, e.g. configs/tiny.py; override fields with --config.FIELD=VALUE.",
+        flag_values=fv,
+        lock_config=True,
+    )
+
+
+def _define_train(fv: flags.FlagValues) -> None:
+    _define_config(fv)
+    flags.DEFINE_string(
+        "workdir", None, "Run directory: checkpoints, metrics.jsonl, TensorBoard logs.",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool(
+        "distributed", False,
+        "Call jax.distributed.initialize() with auto-detection (TPU VM pod slices).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "coordinator_address", None,
+        "HOST:PORT of process 0, for an explicit multi-process run (e.g. on localhost).",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer("num_processes", None, "Processes in an explicit multi-process run.",
+                         flag_values=fv)
+    flags.DEFINE_integer("process_id", None, "This process's index in that run.", flag_values=fv)
+    flags.DEFINE_integer(
+        "num_cpu_devices", None, "Simulated CPU devices per process (tests, pod rehearsal).",
+        flag_values=fv,
+    )
+
+
+def _setup_jax(fv: flags.FlagValues) -> None:
+    """Device count and multi-process initialisation, before any device is touched."""
+    import jax
+
+    if fv.num_cpu_devices:
+        jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
+    if fv.coordinator_address:
+        jax.distributed.initialize(
+            coordinator_address=fv.coordinator_address,
+            num_processes=fv.num_processes,
+            process_id=fv.process_id,
+        )
+    elif fv.distributed:
+        jax.distributed.initialize()
+
+
+def _config(fv: flags.FlagValues):
+    if fv["config"].value is None:
+        raise UsageError("--config is required, e.g. --config configs/tiny.py")
+    return fv.config
+
+
+def _require(fv: flags.FlagValues, name: str) -> str:
+    value = fv[name].value
+    if not value:
+        raise UsageError(f"--{name} is required")
+    return value
+
+
+def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
+    del args
+    config = _config(fv)
+    workdir = _require(fv, "workdir")
+    _setup_jax(fv)
+    from xlnet_jax import train
+
+    train.train_and_evaluate(config, workdir)
+    return 0
+
+
+def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
+    del args
+    config = _config(fv)
+    workdir = _require(fv, "workdir")
+    _setup_jax(fv)
+    from xlnet_jax import evaluate
+
+    result = evaluate.evaluate_workdir(config, workdir)
+    print(f"step {result['step']}: eval loss {result['loss']:.4f}, "
+          f"accuracy {result['accuracy']:.4f}")
+    return 0
+
+
+def _define_prepare(fv: flags.FlagValues) -> None:
+    flags.DEFINE_string("out", None, "Output corpus directory.", flag_values=fv)
+    flags.DEFINE_integer("vocab_size", 32000, "SentencePiece vocabulary size.", flag_values=fv)
+    flags.DEFINE_string("spm_model", None, "Use this SentencePiece .model instead of training.",
+                        flag_values=fv)
+    flags.DEFINE_bool("uncased", False, "Lowercase the text before tokenizing.", flag_values=fv)
+    flags.DEFINE_string("tfds_name", None, "A locally available tfds text dataset to read.",
+                        flag_values=fv)
+    flags.DEFINE_string("tfds_text_feature", "text", "The text feature of --tfds_name.",
+                        flag_values=fv)
+    flags.DEFINE_float("validation_fraction", 0.02, "Share of documents held out.",
+                       flag_values=fv)
+    flags.DEFINE_integer("num_workers", None, "Tokenizer processes (default: all cores).",
+                         flag_values=fv)
+    flags.DEFINE_integer("seed", 0, "Seed of the train/validation split.", flag_values=fv)
+
+
+def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
+    from xlnet_jax.data.prepare import prepare_corpus
+
+    prepare_corpus(
+        args,
+        _require(fv, "out"),
+        vocab_size=fv.vocab_size,
+        spm_model=fv.spm_model,
+        uncased=fv.uncased,
+        tfds_name=fv.tfds_name,
+        tfds_text_feature=fv.tfds_text_feature,
+        validation_fraction=fv.validation_fraction,
+        num_workers=fv.num_workers,
+        seed=fv.seed,
+    )
+    return 0
+
+
+def _define_out(fv: flags.FlagValues) -> None:
+    flags.DEFINE_string("out", None, "Output directory.", flag_values=fv)
+
+
+def _single_source(args: list[str]) -> str:
+    if len(args) != 1:
+        raise UsageError(f"expected exactly one SRC, got {len(args)}: {args}")
+    return args[0]
+
+
+def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
+    from xlnet_jax import hf
+
+    hf.import_hf(_single_source(args), _require(fv, "out"))
+    return 0
+
+
+def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
+    from xlnet_jax import hf
+
+    hf.export_hf(_single_source(args), _require(fv, "out"))
+    return 0
+
+
+def _define_compile(fv: flags.FlagValues) -> None:
+    _define_config(fv)
+    flags.DEFINE_string("topology", None, 'TPU topology as libtpu names it, e.g. "v3:16x16".',
+                        flag_values=fv)
+    flags.DEFINE_string("save", None, "Write the serialized executable here.", flag_values=fv)
+
+
+def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
+    del args
+    from xlnet_jax import compile as aot
+
+    return aot.compile_for_topology(_config(fv), _require(fv, "topology"), save=fv.save)
+
+
+COMMANDS = {
+    "prepare": Command(
+        "Train SentencePiece and write a tokenized tfds corpus (no FILES: built-in corpus).",
+        _define_prepare, _prepare_main, "[FILES_OR_GLOBS ...]",
+    ),
+    "train": Command("Pretrain (resumes automatically from WORKDIR).", _define_train, _train_main),
+    "eval": Command("Evaluate WORKDIR's newest checkpoint on the validation split.",
+                    _define_train, _eval_main),
+    "compile": Command("AOT-compile the train step for a TPU topology and report memory.",
+                       _define_compile, _compile_main),
+    "import-hf": Command("HuggingFace XLNetLMHeadModel directory -> xlnet-jax params directory.",
+                         _define_out, _import_hf_main, "SRC"),
+    "export-hf": Command("xlnet-jax params directory or train WORKDIR -> HuggingFace directory.",
+                         _define_out, _export_hf_main, "SRC"),
+}
+
+
+class UsageError(Exception):
+    """The command line is wrong; the message says how."""
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message is the whole story: printed as one line, exit 1."""
+    from xlnet_jax.checkpoint import CheckpointError
+    from xlnet_jax.data.errors import DataError
+    from xlnet_jax.run_setup import WorkdirError
+    from xlnet_jax.sharding import MeshError
+    from xlnet_jax.train import NonFiniteError
+    from xlnet_jax.validate import ConfigError
+
+    return (CheckpointError, ConfigError, DataError, MeshError, NonFiniteError, WorkdirError,
+            FileNotFoundError)
+
+
+def _print_usage() -> None:
+    width = max(len(name) for name in COMMANDS) + 2
+    lines = [f"  {name.ljust(width)}{cmd.summary}" for name, cmd in COMMANDS.items()]
+    lines.append(f"  {'launch'.ljust(width)}Create, set up and run TPU pod slices (or local).")
+    print(USAGE.format(commands="\n".join(lines)))
+
+
+def _parse(fv: flags.FlagValues, name: str, rest: list[str]) -> list[str]:
+    """Parses the flags; returns the positional arguments. Config errors become UsageError."""
+    try:
+        args = fv([f"xlnet-jax {name}", *rest])[1:]
+    except AttributeError as e:
+        field = str(e).strip("'\"")
+        raise UsageError(
+            f"unknown config field {field!r} (from --config.{field}=...); the config file "
+            "lists the fields it has."
+        ) from None
+    if "config" in fv and fv["config"].value is not None:
+        try:
+            fv.config.get("seed")
+        except Exception as e:  # noqa: BLE001 - config_flags defers load errors to first use
+            raise UsageError(f"--config could not be loaded: {e}") from None
+    return args
+
+
+def main(argv: list[str]) -> int:
+    """Runs `xlnet-jax` with argv (without the program name); returns the exit code."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        _print_usage()
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name == "launch":
+        from launch import pod
+
+        return pod.main(rest)
+    if name not in COMMANDS:
+        print(f"xlnet-jax: unknown command {name!r}", file=sys.stderr)
+        _print_usage()
+        return 2
+    command = COMMANDS[name]
+    fv = flags.FlagValues()
+    command.define(fv)
+    if "--help" in rest or "-h" in rest:
+        print(f"usage: xlnet-jax {name} {command.positional} [flags]\n\n{command.summary}\n")
+        print(fv.get_help())
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        args = _parse(fv, name, rest)
+        return command.main(fv, args)
+    except (flags.Error, UsageError) as e:
+        print(f"xlnet-jax {name}: {e}", file=sys.stderr)
+        return 2
+    except _known_errors() as e:
+        print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
+        return 1
+
+
+def run() -> None:
+    """Console-script entry point."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,36 @@
+"""One console line per logged step: step, loss, accuracy, tokens/s, MFU and ETA."""
+
+import datetime
+import sys
+import time
+
+
+class ProgressLine:
+    """Prints progress to stderr on the primary process."""
+
+    def __init__(self, total_steps: int, *, enabled: bool = True, stream=None):
+        self.total_steps = total_steps
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self._start = time.time()
+
+    def update(self, step: int, metrics: dict, throughput: dict) -> None:
+        """Writes the line for `step`; the ETA assumes the last interval's step time."""
+        if not self.enabled:
+            return
+        remaining = (self.total_steps - step) * throughput["step_time"]
+        eta = datetime.timedelta(seconds=round(remaining))
+        self.stream.write(
+            f"step {step}/{self.total_steps} | loss {float(metrics['loss']):.4f} | "
+            f"acc {float(metrics['accuracy']):.3f} | "
+            f"{throughput['tokens_per_sec']:,.0f} tok/s | "
+            f"{throughput['step_time'] * 1e3:.0f} ms/step | MFU {throughput['mfu']:.1%} | "
+            f"ETA {eta}\n"
+        )
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        """A one-off line (eval results, checkpoints, preemption)."""
+        if self.enabled:
+            self.stream.write(text + "\n")
+            self.stream.flush()

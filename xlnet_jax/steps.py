@@ -1,0 +1,152 @@
+"""The jitted train and eval steps: PLM sampling, two-stream forward, loss, AdamW update.
+
+Both are pure functions of (state, batch); the PLM key is fold_in(rng, step), so the host
+only ships the O(batch x seq) integer batch and all masks are built on device.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from xlnet_jax import plm
+from xlnet_jax.model import XLNetLM
+from xlnet_jax.train_state import TrainState
+
+# Codes of the `nonfinite` metric: which quantity went non-finite first.
+FINITE, NONFINITE_LOSS, NONFINITE_GRAD = 0, 1, 2
+
+
+def plm_loss_terms(logits: jax.Array, target_ids: jax.Array, weights: jax.Array):
+    """Summed cross-entropy, target count and correct predictions over weighted targets."""
+    logits = logits.astype(jnp.float32)
+    log_probs = jax.nn.log_softmax(logits)
+    nll = -jnp.take_along_axis(log_probs, target_ids[..., None], axis=-1)[..., 0]
+    correct = (jnp.argmax(logits, axis=-1) == target_ids).astype(jnp.float32)
+    return jnp.sum(nll * weights), jnp.sum(weights), jnp.sum(correct * weights)
+
+
+def _forward(model, params, batch, mems, key, plm_cfg, *, deterministic: bool):
+    """Samples the PLM targets for `batch` and runs the model; returns (terms, new_mems)."""
+    plm_key, dropout_key = jax.random.split(key)
+    sample = plm.sample_plm(
+        plm_key,
+        batch["input_ids"],
+        batch["is_word_start"],
+        batch["is_functional"],
+        batch["is_backward"],
+        plm_cfg,
+    )
+    mask = plm.perm_mask(sample, batch["is_functional"], plm_cfg.reuse_len)
+    logits, new_mems = model.apply(
+        {"params": params},
+        batch["input_ids"],
+        batch["seg_ids"],
+        mask,
+        sample.target_pos,
+        mems,
+        batch["is_backward"],
+        deterministic=deterministic,
+        rngs=None if deterministic else {"dropout": dropout_key},
+    )
+    return plm_loss_terms(logits, sample.target_ids, sample.target_weights), new_mems
+
+
+def _split_micro(tree, n: int):
+    """[B, ...] -> [n, B/n, ...], keeping each micro-batch spread over every data shard."""
+
+    def split(x):
+        x = x.reshape(x.shape[0] // n, n, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1)
+
+    return jax.tree.map(split, tree)
+
+
+def _merge_micro(x: jax.Array) -> jax.Array:
+    """Inverse of _split_micro for one array."""
+    x = jnp.swapaxes(x, 0, 1)
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def train_step(
+    state: TrainState,
+    batch: dict,
+    *,
+    model: XLNetLM,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    config: ml_collections.ConfigDict,
+) -> tuple[TrainState, dict]:
+    """One optimiser step over the global batch, accumulating grad_accum_steps micro-batches.
+
+    A non-finite loss or gradient norm skips the update (params and optimiser state stay as
+    they were, the memory resets to zeros) and is reported in the `nonfinite` metric, so the
+    host checks it at log time instead of syncing every step.
+    """
+    plm_cfg = plm.PLMConfig.from_config(config)
+    key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    n_micro = config.grad_accum_steps
+    micro_batches = _split_micro(batch, n_micro)
+    micro_mems = _split_micro(jnp.swapaxes(state.mems, 0, 1), n_micro)  # [n, b, layers, ...]
+
+    def micro_step(grads_and_terms, inputs):
+        index, micro_batch, mems = inputs
+        mems = jnp.swapaxes(mems, 0, 1)
+        micro_key = jax.random.fold_in(key, index)
+
+        def summed_nll(params):
+            terms, new_mems = _forward(
+                model, params, micro_batch, mems, micro_key, plm_cfg, deterministic=False
+            )
+            return terms[0], (terms, new_mems)
+
+        grads, (terms, new_mems) = jax.grad(summed_nll, has_aux=True)(state.params)
+        acc_grads, acc_terms = grads_and_terms
+        acc_grads = jax.tree.map(jnp.add, acc_grads, grads)
+        acc_terms = jax.tree.map(jnp.add, acc_terms, terms)
+        return (acc_grads, acc_terms), jnp.swapaxes(new_mems, 0, 1)
+
+    zero_grads = jax.tree.map(jnp.zeros_like, state.params)
+    zero_terms = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
+    (grads, (nll, count, correct)), new_mems = jax.lax.scan(
+        micro_step,
+        (zero_grads, zero_terms),
+        (jnp.arange(n_micro), micro_batches, micro_mems),
+    )
+    new_mems = jnp.swapaxes(_merge_micro(new_mems), 0, 1)
+    count = jnp.maximum(count, 1.0)
+    grads = jax.tree.map(lambda g: g / count, grads)
+    loss = nll / count
+    grad_norm = optax.global_norm(grads)
+
+    updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
+    new_params = optax.apply_updates(state.params, updates)
+    loss_ok, grad_ok = jnp.isfinite(loss), jnp.isfinite(grad_norm)
+    finite = loss_ok & grad_ok
+    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    new_state = state.replace(
+        step=state.step + 1,
+        params=keep(new_params, state.params),
+        opt_state=keep(new_opt_state, state.opt_state),
+        mems=jnp.where(finite, new_mems, jnp.zeros_like(new_mems)),
+        skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
+    )
+    nonfinite = jnp.where(loss_ok, jnp.where(grad_ok, FINITE, NONFINITE_GRAD), NONFINITE_LOSS)
+    metrics = {
+        "loss": loss,
+        "accuracy": correct / count,
+        "grad_norm": grad_norm,
+        "learning_rate": schedule(state.step),
+        "num_targets": count,
+        "nonfinite": nonfinite,
+    }
+    return new_state, metrics
+
+
+def eval_step(params, mems, batch, key, *, model: XLNetLM, config: ml_collections.ConfigDict):
+    """Deterministic forward on a validation batch: (new_mems, summed nll, count, correct)."""
+    plm_cfg = plm.PLMConfig.from_config(config)
+    terms, new_mems = _forward(model, params, batch, mems, key, plm_cfg, deterministic=True)
+    return new_mems, terms

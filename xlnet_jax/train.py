@@ -1,0 +1,265 @@
+"""The training loop: mesh, sharded state, streams; step, log, evaluate, checkpoint, resume.
+
+A run in a workdir that already holds checkpoints resumes from the newest intact one, with
+its recurrence memory, bit-for-bit: the batch at step t and the step's randomness are pure
+functions of (seed, step). SIGTERM saves at the next step boundary and exits cleanly.
+"""
+
+import concurrent.futures
+import functools
+import logging
+import signal
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from xlnet_jax import flops, optim, sharding, steps
+from xlnet_jax.checkpoint import Checkpointer, make_meta
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.streams import StreamBatcher
+from xlnet_jax.metrics_writer import MetricsWriter
+from xlnet_jax.model import XLNetLM
+from xlnet_jax.progress import ProgressLine
+from xlnet_jax.run_setup import load_corpus_manifest, prepare_workdir
+from xlnet_jax.train_state import TrainState
+from xlnet_jax.validate import validate_config
+
+
+class NonFiniteError(RuntimeError):
+    """A step produced a non-finite loss or gradient under nonfinite_policy='halt'."""
+
+
+class _SigtermFlag:
+    """Turns SIGTERM into a flag the loop checks at each step boundary."""
+
+    def __init__(self):
+        self.raised = False
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        del signum, frame
+        self.raised = True
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+def _dummy_inputs(config: ml_collections.ConfigDict, batch: int):
+    """Zero inputs of the model's shapes, for init and shape inference."""
+    length, targets = config.seq_len, config.num_predict
+    return (
+        jnp.zeros((batch, length), jnp.int32),
+        jnp.zeros((batch, length), jnp.int32),
+        jnp.zeros((batch, length, length), jnp.bool_),
+        jnp.zeros((batch, targets), jnp.int32),
+        jnp.zeros((config.n_layer, batch, config.mem_len, config.d_model), jnp.float32),
+        jnp.zeros((batch,), jnp.bool_),
+    )
+
+
+def build_state(config: ml_collections.ConfigDict, model: XLNetLM, tx, mesh):
+    """Returns (init_fn, abstract_state, state_shardings); init_fn makes the state in place.
+
+    The state is never materialised whole on one device: shapes and logical axes come from
+    eval_shape, and init runs under jit with the mesh shardings as out_shardings.
+    """
+    rules = config.logical_axis_rules
+
+    def boxed_state():
+        params_key, state_key = jax.random.split(jax.random.PRNGKey(config.seed))
+        params = model.init(params_key, *_dummy_inputs(config, 1), deterministic=True)["params"]
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=tx.init(params),
+            mems=jnp.zeros(
+                (config.n_layer, config.batch_size, config.mem_len, config.d_model), jnp.float32
+            ),
+            rng=jax.random.key_data(state_key),
+            skipped_steps=jnp.zeros((), jnp.int32),
+        )
+
+    specs = nn.get_partition_spec(jax.eval_shape(boxed_state))
+    specs = specs.replace(mems=jax.sharding.PartitionSpec("layers", "batch", "mem_length", "embed"))
+    shardings = sharding.logical_shardings(specs, mesh, rules)
+    init = jax.jit(lambda: nn.meta.unbox(boxed_state()), out_shardings=shardings)
+    abstract = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        jax.eval_shape(init),
+        shardings,
+    )
+    return init, abstract, shardings
+
+
+def batch_shardings(mesh, rules) -> dict:
+    """Shardings of the host batch: rows over the data shards."""
+    rows_by_length = sharding.logical_sharding(mesh, rules, "batch", "length")
+    return {
+        "input_ids": rows_by_length,
+        "seg_ids": rows_by_length,
+        "is_word_start": rows_by_length,
+        "is_functional": rows_by_length,
+        "is_backward": sharding.logical_sharding(mesh, rules, "batch"),
+    }
+
+
+def to_global(local_batch: dict, shardings: dict) -> dict:
+    """This process's rows -> global arrays laid out over the mesh."""
+    return {
+        name: jax.make_array_from_process_local_data(shardings[name], value)
+        for name, value in local_batch.items()
+    }
+
+
+def make_batcher(config, corpus_dir: str, split: str, mesh) -> StreamBatcher:
+    """The stream batcher for this process's rows of `split`."""
+    return StreamBatcher(
+        corpus_dir,
+        split,
+        seq_len=config.seq_len,
+        reuse_len=config.reuse_len,
+        global_batch=config.batch_size,
+        bi_data=config.bi_data,
+        seed=config.seed,
+        next_sentence_prob=config.next_sentence_prob,
+        num_data_shards=sharding.num_data_shards(mesh),
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+
+
+def evaluate(params, config, batcher, eval_fn, put, zero_mems) -> dict:
+    """Held-out PLM loss and accuracy over eval_steps validation batches, memory carried."""
+    mems, totals = zero_mems, []
+    base_key = jax.random.PRNGKey(config.seed + 1)
+    for index in range(config.eval_steps):
+        key = jax.random.fold_in(base_key, index)
+        mems, terms = eval_fn(params, mems, put(batcher.batch(index)), key)
+        totals.append(terms)
+    nll, count, correct = np.sum(np.asarray(jax.device_get(totals)), axis=0)
+    count = max(float(count), 1.0)
+    return {"loss": float(nll) / count, "accuracy": float(correct) / count}
+
+
+def _check_finite(records: list[dict], policy: str) -> None:
+    """Under 'halt', stops at the first non-finite step, naming it and the quantity."""
+    for record in records:
+        if record["nonfinite"] and policy == "halt":
+            quantity = "loss" if record["nonfinite"] == steps.NONFINITE_LOSS else "gradient"
+            raise NonFiniteError(
+                f"Non-finite {quantity} at step {record['step']}; its update was not applied "
+                "and the last good checkpoint is kept. Lower config.learning_rate or set "
+                "config.nonfinite_policy=skip to skip such steps."
+            )
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
+    """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints."""
+    validate_config(config, jax.device_count())
+    manifest, fingerprint = load_corpus_manifest(config)
+    primary = jax.process_index() == 0
+    lock = prepare_workdir(workdir)
+    mesh = sharding.make_mesh(config)
+    rules = config.logical_axis_rules
+    model = XLNetLM(ModelConfig.from_config(config))
+    schedule = optim.learning_rate_schedule(config)
+    tx = optim.make_optimizer(config)
+    init, abstract_state, state_shardings = build_state(config, model, tx, mesh)
+
+    checkpointer = Checkpointer(workdir, config)
+    state = checkpointer.restore(abstract_state, config, fingerprint)
+    if state is None:
+        logging.info("Starting a new run in %s", workdir)
+        state = init()
+    elif state.mems is None:
+        zeros = jax.jit(jnp.zeros_like, out_shardings=state_shardings.mems)
+        state = state.replace(mems=zeros(abstract_state.mems))
+    start_step = int(jax.device_get(state.step))
+    if start_step:
+        logging.info("Resumed from step %d in %s", start_step, workdir)
+
+    shardings = batch_shardings(mesh, rules)
+    put = functools.partial(to_global, shardings=shardings)
+    train_batcher = make_batcher(config, manifest.path, "train", mesh)
+    step_fn = jax.jit(
+        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=config),
+        in_shardings=(state_shardings, shardings),
+        out_shardings=(state_shardings, sharding.replicated(mesh)),
+        donate_argnums=0,
+    )
+    abstract_batch = {
+        name: jax.ShapeDtypeStruct(
+            (config.batch_size, *value.shape[1:]), value.dtype, sharding=shardings[name]
+        )
+        for name, value in train_batcher.batch(0).items()
+    }
+    compile_start = time.time()
+    step_fn = step_fn.lower(abstract_state, abstract_batch).compile()
+    logging.info("Compiled the train step in %.1f s", time.time() - compile_start)
+
+    eval_fn = jax.jit(
+        functools.partial(steps.eval_step, model=model, config=config),
+        out_shardings=(state_shardings.mems, sharding.replicated(mesh)),
+    )
+    eval_batcher = make_batcher(config, manifest.path, "validation", mesh) if config.eval_every else None
+    zero_mems = jax.jit(jnp.zeros_like, out_shardings=state_shardings.mems)(abstract_state.mems)
+
+    writer = MetricsWriter(workdir, enabled=primary)
+    progress = ProgressLine(config.num_train_steps, enabled=primary)
+    flops_per_step = flops.train_flops_per_step(config)
+    tokens_per_step = config.batch_size * config.seq_len
+    sigterm = _SigtermFlag()
+    prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    next_batch = prefetch.submit(train_batcher.batch, start_step)
+    pending, interval_start = [], time.time()
+    try:
+        for step in range(start_step, config.num_train_steps):
+            batch = put(next_batch.result())
+            if step + 1 < config.num_train_steps:
+                next_batch = prefetch.submit(train_batcher.batch, step + 1)
+            with jax.transfer_guard("disallow"):
+                state, metrics = step_fn(state, batch)
+            pending.append(metrics)
+            done = step + 1
+            if done % config.log_every == 0 or done == config.num_train_steps:
+                records = jax.device_get(pending)
+                elapsed = time.time() - interval_start
+                step_time = elapsed / len(records)
+                for offset, record in enumerate(records):
+                    record["step"] = done - len(records) + offset + 1
+                _check_finite(records, config.nonfinite_policy)
+                throughput = {
+                    "tokens_per_sec": tokens_per_step / step_time,
+                    "step_time": step_time,
+                    "tflops_per_device": flops_per_step / step_time / jax.device_count() / 1e12,
+                }
+                throughput["mfu"] = throughput["tflops_per_device"] / config.peak_tflops_per_device
+                for record in records:
+                    scalars = {k: float(v) for k, v in record.items() if k != "step"}
+                    writer.write(record["step"], {**scalars, **throughput})
+                progress.update(done, records[-1], throughput)
+                pending, interval_start = [], time.time()
+            if eval_batcher is not None and done % config.eval_every == 0:
+                result = evaluate(state.params, config, eval_batcher, eval_fn, put, zero_mems)
+                writer.write(done, result, kind="eval")
+                progress.note(f"eval at step {done}: loss {result['loss']:.4f}, "
+                              f"accuracy {result['accuracy']:.4f}")
+                interval_start = time.time()
+            meta = make_meta(config, fingerprint, done)
+            if sigterm.raised:
+                checkpointer.save(state, meta, force=True)
+                checkpointer.wait()
+                progress.note(f"SIGTERM: saved step {done} and stopped; rerun to continue.")
+                return state
+            checkpointer.save(state, meta, force=done == config.num_train_steps)
+    finally:
+        sigterm.restore()
+        prefetch.shutdown(wait=False, cancel_futures=True)
+        checkpointer.close()
+        writer.close()
+        lock.release()
+    return state

@@ -1,0 +1,109 @@
+"""Config validation that runs before anything compiles: one line naming field and constraint."""
+
+import ml_collections
+
+from xlnet_jax import sharding
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.model import validate_model_config
+from xlnet_jax.plm import PLMConfig, validate_plm_config
+
+
+class ConfigError(ValueError):
+    """A config field breaks a constraint; the message names the field."""
+
+
+def _check(ok: bool, field: str, constraint: str, value) -> None:
+    if not ok:
+        raise ConfigError(f"config.{field}: {constraint} (got {value!r}).")
+
+
+def validate_training_fields(c: ml_collections.ConfigDict) -> None:
+    """Optimiser, loop and data fields: ranges that do not depend on devices."""
+    _check(c.learning_rate > 0, "learning_rate", "must be > 0", c.learning_rate)
+    _check(c.num_train_steps > 0, "num_train_steps", "must be > 0", c.num_train_steps)
+    _check(c.warmup_steps >= 0, "warmup_steps", "must be >= 0", c.warmup_steps)
+    _check(
+        c.warmup_steps <= c.num_train_steps,
+        "warmup_steps",
+        f"must not exceed num_train_steps={c.num_train_steps}",
+        c.warmup_steps,
+    )
+    _check(0 <= c.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]", c.min_lr_ratio)
+    _check(c.weight_decay >= 0, "weight_decay", "must be >= 0", c.weight_decay)
+    _check(0 <= c.adam_b1 < 1, "adam_b1", "must be in [0, 1)", c.adam_b1)
+    _check(0 <= c.adam_b2 < 1, "adam_b2", "must be in [0, 1)", c.adam_b2)
+    _check(c.adam_eps > 0, "adam_eps", "must be > 0", c.adam_eps)
+    _check(c.clip_norm >= 0, "clip_norm", "must be >= 0 (0 disables clipping)", c.clip_norm)
+    _check(0 <= c.dropout < 1, "dropout", "must be in [0, 1)", c.dropout)
+    _check(0 <= c.dropatt < 1, "dropatt", "must be in [0, 1)", c.dropatt)
+    _check(c.mem_len >= 0, "mem_len", "must be >= 0 (0 disables memory)", c.mem_len)
+    _check(c.batch_size > 0, "batch_size", "must be > 0", c.batch_size)
+    _check(c.grad_accum_steps >= 1, "grad_accum_steps", "must be >= 1", c.grad_accum_steps)
+    _check(
+        c.batch_size % c.grad_accum_steps == 0,
+        "batch_size",
+        f"must be divisible by grad_accum_steps={c.grad_accum_steps}",
+        c.batch_size,
+    )
+    _check(
+        0 <= c.next_sentence_prob <= 1,
+        "next_sentence_prob",
+        "must be in [0, 1]",
+        c.next_sentence_prob,
+    )
+    _check(
+        c.nonfinite_policy in ("skip", "halt"),
+        "nonfinite_policy",
+        'must be "skip" or "halt"',
+        c.nonfinite_policy,
+    )
+    for field in ("log_every", "checkpoint_every", "keep_checkpoints", "eval_steps"):
+        _check(c[field] >= 1, field, "must be >= 1", c[field])
+    _check(c.eval_every >= 0, "eval_every", "must be >= 0 (0 disables eval)", c.eval_every)
+    _check(
+        c.peak_tflops_per_device > 0,
+        "peak_tflops_per_device",
+        "must be > 0",
+        c.peak_tflops_per_device,
+    )
+    _check(c.num_slices >= 1, "num_slices", "must be >= 1", c.num_slices)
+
+
+def validate_batch_layout(c: ml_collections.ConfigDict, data_shards: int) -> None:
+    """The global batch must split evenly over data shards and micro-batches."""
+    micro = c.batch_size // c.grad_accum_steps
+    _check(
+        micro % data_shards == 0,
+        "batch_size",
+        f"the micro-batch batch_size/grad_accum_steps={micro} must divide over the "
+        f"{data_shards} data shards (mesh data x fsdp)",
+        c.batch_size,
+    )
+    if c.bi_data:
+        per_shard = c.batch_size // data_shards
+        _check(
+            per_shard % 2 == 0 and (micro // data_shards) % 2 == 0,
+            "bi_data",
+            f"needs an even batch per data shard; batch_size={c.batch_size} over "
+            f"{data_shards} shards with grad_accum_steps={c.grad_accum_steps} gives "
+            f"{micro // data_shards} rows per shard per micro-batch",
+            c.bi_data,
+        )
+
+
+def validate_config(c: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+    """Checks every field; with num_devices also the mesh and the batch split over it."""
+    try:
+        validate_model_config(ModelConfig.from_config(c))
+        validate_plm_config(PLMConfig.from_config(c))
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    validate_training_fields(c)
+    if num_devices is not None:
+        try:
+            data, fsdp, _ = sharding.mesh_shape(c, num_devices)
+        except sharding.MeshError as e:
+            raise ConfigError(str(e)) from None
+        validate_batch_layout(c, data * fsdp)
