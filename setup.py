@@ -32,7 +32,7 @@ setuptools.setup(
             "torch==2.13.0",
             "transformers==5.23.0",
         ],
-        "tpu": ["libtpu"],
+        "tpu": ["libtpu==0.0.52"],
     },
     entry_points={"console_scripts": ["xlnet-jax=xlnet_jax.cli:run"]},
 )

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Quick-start command 2: install into ./.venv and run lint and the whole test suite on CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/venv.sh "test,tpu"
+.venv/bin/ruff check xlnet_jax launch configs tests benchmarks
+.venv/bin/python -m pytest tests "$@"
