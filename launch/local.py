@@ -1,0 +1,121 @@
+"""The local backend: N train processes on localhost, one log file each, watched together.
+
+A multi-process JAX job is all-or-nothing: when one process dies the others block in
+their next collective. So the first non-zero exit ends the job: the others are
+terminated, and the exit code and the dead process's log are reported. A timeout bounds
+the whole job. Process 0's log is echoed to stdout as it grows.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+DEFAULT_PROGRAM = (sys.executable, "-m", "xlnet_jax.cli")
+POLL_SECONDS = 0.1
+TAIL_LINES = 20  # Lines of a failed process's log repeated in the error message.
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago, for the JAX coordinator."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_paths(log_dir: Path, num_processes: int) -> list[Path]:
+    """Where process i writes its stdout and stderr: LOG_DIR/process_{i}.log."""
+    return [log_dir / f"process_{i}.log" for i in range(num_processes)]
+
+
+def run(
+    commands: Sequence[Sequence[str]],
+    log_dir: Path,
+    timeout: float | None,
+    grace_seconds: float = 10.0,
+) -> int:
+    """Runs `commands` at once, process i logging to `log_paths(log_dir, n)[i]` (appended).
+
+    Returns 0 when all exit 0; else the first failure's exit code (1 if it was killed by
+    a signal), or 124 on timeout. Processes still running at the end are sent SIGTERM,
+    then SIGKILL after `grace_seconds` (JAX treats SIGTERM as a preemption notice).
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logs = log_paths(log_dir, len(commands))
+    logs[0].touch()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # Logs stay current, also on a crash.
+    procs: list[subprocess.Popen] = []
+    try:
+        with open(logs[0], "rb") as echo:
+            echo.seek(0, os.SEEK_END)
+            for i, (argv, log) in enumerate(zip(commands, logs, strict=True)):
+                with open(log, "ab") as out:
+                    proc = subprocess.Popen(
+                        argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env
+                    )
+                procs.append(proc)
+                print(f"process {i}: pid {proc.pid}, log {log}", file=sys.stderr, flush=True)
+            return _wait(procs, logs, echo, timeout)
+    finally:
+        _terminate(procs, grace_seconds)
+
+
+def _wait(
+    procs: Sequence[subprocess.Popen], logs: Sequence[Path], echo: BinaryIO, timeout: float | None
+) -> int:
+    """Polls until all exit 0, one fails, or `timeout` passes; echoes log 0 meanwhile."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        _echo(echo)
+        codes = [p.poll() for p in procs]
+        failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            i = failed[0]
+            _report(f"process {i} exited with code {codes[i]}; its log: {logs[i]}", logs[i])
+            return codes[i] if codes[i] > 0 else 1
+        if all(code == 0 for code in codes):
+            print(f"all {len(procs)} processes finished; logs in {logs[0].parent}", file=sys.stderr)
+            return 0
+        if deadline is not None and time.monotonic() > deadline:
+            running = [i for i, code in enumerate(codes) if code is None]
+            print(
+                f"error: timed out after {timeout:g} s; processes {running} still running; "
+                f"logs in {logs[0].parent}",
+                file=sys.stderr,
+            )
+            return 124
+        time.sleep(POLL_SECONDS)
+
+
+def _echo(echo: BinaryIO) -> None:
+    """Copies what was appended to log 0 since the last call to stdout."""
+    chunk = echo.read()
+    if chunk:
+        sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
+
+
+def _report(message: str, log: Path) -> None:
+    """Prints `message` to stderr, then the last lines of `log`."""
+    tail = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+    print(f"error: {message}", file=sys.stderr)
+    for line in tail:
+        print(f"  | {line}", file=sys.stderr)
+
+
+def _terminate(procs: Sequence[subprocess.Popen], grace_seconds: float) -> None:
+    """SIGTERM to every running process; SIGKILL to those alive after `grace_seconds`."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        p.terminate()
+    deadline = time.monotonic() + grace_seconds
+    for p in running:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -1,0 +1,103 @@
+"""Validators for the names and values the launcher passes to gcloud and to workers.
+
+Each is an argparse `type=`: a bad value fails at parse time with argparse's
+"argument --flag: ..." message, so the error always names the flag. Values that pass are
+still shell-quoted wherever they are used; validation catches mistakes, quoting stops
+injection.
+"""
+
+import argparse
+import re
+
+_TPU_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
+_ACCELERATOR = re.compile(r"v[0-9]+[a-z]*-[0-9]+")
+_RUNTIME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_PROJECT = re.compile(r"([a-z][-a-z0-9.]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
+_PYTHON = re.compile(r"python3\.[0-9]+")
+_OVERRIDE = re.compile(r"--config\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*=.*", re.DOTALL)
+
+
+def _matching(pattern: re.Pattern[str], what: str, value: str) -> str:
+    if not pattern.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid {what}")
+    return value
+
+
+def tpu_name(value: str) -> str:
+    """A TPU VM / queued resource name: GCE resource naming rules."""
+    return _matching(
+        _TPU_NAME,
+        "TPU name (lowercase letters, digits and hyphens, starting with a letter, not ending "
+        "with a hyphen, at most 63 characters)",
+        value,
+    )
+
+
+def zone(value: str) -> str:
+    """A GCE zone such as us-central1-a or europe-west4-a."""
+    return _matching(_ZONE, "zone (like us-central1-a)", value)
+
+
+def accelerator_type(value: str) -> str:
+    """A TPU accelerator type such as v3-32, v4-8, v5litepod-16 or v6e-8."""
+    return _matching(_ACCELERATOR, "accelerator type (like v3-32 or v5litepod-16)", value)
+
+
+def runtime_version(value: str) -> str:
+    """A TPU software version such as tpu-ubuntu2204-base or v2-alpha-tpuv6e."""
+    return _matching(_RUNTIME, "TPU runtime version (like tpu-ubuntu2204-base)", value)
+
+
+def project(value: str) -> str:
+    """A GCP project id, optionally domain-scoped (example.com:my-project)."""
+    return _matching(_PROJECT, "GCP project id", value)
+
+
+def python(value: str) -> str:
+    """The interpreter to build the workers' venv with: python3.N (also its apt package)."""
+    return _matching(_PYTHON, "Python executable (like python3.11)", value)
+
+
+def worker(value: str) -> str:
+    """A worker index (0, 1, ...) or "all"."""
+    if value != "all" and not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a worker index or 'all'")
+    return value
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1 (process counts, device counts, line counts)."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
+    return int(value)
+
+
+def port(value: str) -> int:
+    """A TCP port, or 0 to pick a free one."""
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0 picks a free one)")
+    return int(value)
+
+
+def not_an_option(value: str) -> str:
+    """A non-empty value that cannot be mistaken for an option (git URL, git ref)."""
+    if not value or value.startswith("-"):
+        raise argparse.ArgumentTypeError(f"{value!r} must be non-empty and not start with '-'")
+    return value
+
+
+def local_path(value: str) -> str:
+    """A local file path gcloud scp will not read as INSTANCE:PATH (so no ':')."""
+    if not value or ":" in value:
+        raise argparse.ArgumentTypeError(f"{value!r} must be a local path without ':'")
+    return value
+
+
+def config_override(value: str) -> str:
+    """A config override in the train command's form: --config.FIELD[.SUB]=VALUE."""
+    if not _OVERRIDE.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a config override; write --config.FIELD=VALUE"
+        )
+    return value

@@ -1,0 +1,380 @@
+"""`xlnet-jax launch`: create a TPU VM slice, install the project, train on it, stop, delete.
+
+Also `python -m launch.pod`. Each subcommand maps its flags to a list of argv lists
+(`launch.commands`, `launch.remote`) and runs them (`launch.runner`), or with --dry-run
+prints them, one shell-quoted line each. `train --backend local` runs the same train
+command as N processes on this machine (`launch.local`).
+"""
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from launch import commands, local, names, remote, runner
+
+PROG = "xlnet-jax launch"
+
+EXAMPLES = """\
+a v3-32 slice (4 workers), start to end:
+  xlnet-jax launch create --name xl --zone europe-west4-a --accelerator-type v3-32
+  xlnet-jax launch setup  --name xl --zone europe-west4-a
+  xlnet-jax launch train  --name xl --zone europe-west4-a --config configs/base.py \\
+      --workdir gs://my-bucket/xlnet-base --config.num_train_steps=100000
+  xlnet-jax launch status --name xl --zone europe-west4-a
+  xlnet-jax launch logs   --name xl --zone europe-west4-a --worker 0 --follow
+  xlnet-jax launch stop   --name xl --zone europe-west4-a
+  xlnet-jax launch delete --name xl --zone europe-west4-a
+
+2 processes x 2 simulated CPU devices on this machine:
+  xlnet-jax launch train --backend local --num-processes 2 --num-cpu-devices 2 \\
+      --config configs/tiny.py --workdir workdirs/tiny
+
+Add --dry-run to any subcommand to print its commands instead of running them.
+"""
+
+Commands = list[list[str]]
+
+
+def _subcommand(
+    sub: argparse._SubParsersAction,
+    name: str,
+    summary: str,
+    description: str,
+    usage: str | None = None,
+) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        name,
+        help=summary,
+        usage=usage,
+        description=f"{summary}.\n\n{description}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the commands, one per line; run nothing"
+    )
+    return parser
+
+
+def _tpu_options(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument(
+        "--name", type=names.tpu_name, required=required, help="TPU VM (and queued resource) name"
+    )
+    parser.add_argument(
+        "--zone", type=names.zone, required=required, help="GCE zone, e.g. europe-west4-a"
+    )
+    parser.add_argument(
+        "--project", type=names.project, help="GCP project (default: gcloud's configured one)"
+    )
+
+
+def _queued_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--queued", action="store_true", help=f"{what} a queued resource")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each subcommand's parser, by name (for their errors)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run xlnet-jax on a Cloud TPU VM slice (through gcloud) or locally.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    create = _subcommand(
+        sub,
+        "create",
+        "create a TPU VM slice",
+        "Runs `gcloud compute tpus tpu-vm create`, or with --queued\n"
+        "`gcloud compute tpus queued-resources create` (its node gets the same name).",
+    )
+    _tpu_options(create)
+    create.add_argument(
+        "--accelerator-type",
+        type=names.accelerator_type,
+        required=True,
+        help="e.g. v3-32, v4-16, v5litepod-16, v6e-8",
+    )
+    create.add_argument(
+        "--runtime-version",
+        type=names.runtime_version,
+        default="tpu-ubuntu2204-base",
+        help="TPU software version (default: %(default)s; v5e wants v2-alpha-tpuv5-lite, "
+        "v6e v2-alpha-tpuv6e)",
+    )
+    _queued_option(create, "create")
+    capacity = create.add_mutually_exclusive_group()
+    capacity.add_argument("--preemptible", action="store_true", help="preemptible TPU VM")
+    capacity.add_argument("--spot", action="store_true", help="spot capacity")
+
+    setup = _subcommand(
+        sub,
+        "setup",
+        "install the project on every worker",
+        f"Ships the committed tree (git archive HEAD of --source) with scp, or clones --repo,\n"
+        f"into {remote.PROJECT_DIR} on every worker, then `pip install -e .[tpu]` into the\n"
+        f"venv {remote.VENV} (created once with --python, installed from apt if missing).\n"
+        f"Uncommitted changes are not shipped. Rerun after every change.",
+    )
+    _tpu_options(setup)
+    source = setup.add_mutually_exclusive_group()
+    source.add_argument(
+        "--source",
+        type=names.local_path,
+        default=".",
+        help="local git checkout to ship (default: %(default)s)",
+    )
+    source.add_argument(
+        "--repo", type=names.not_an_option, help="git URL for the workers to clone instead"
+    )
+    setup.add_argument("--ref", type=names.not_an_option, help="branch, tag or commit of --repo")
+    setup.add_argument(
+        "--tarball",
+        type=names.local_path,
+        default="/tmp/xlnet-jax-src.tar.gz",
+        help="where to write the source tarball locally (default: %(default)s)",
+    )
+    setup.add_argument(
+        "--python",
+        type=names.python,
+        default="python3.11",
+        help="worker interpreter for the venv (default: %(default)s)",
+    )
+
+    train = _subcommand(
+        sub,
+        "train",
+        "start training",
+        "Runs `xlnet-jax train --config CONFIG --workdir WORKDIR [--config.FIELD=VALUE ...]`;\n"
+        "any --config.FIELD=VALUE argument is passed on as a config override. A non-empty\n"
+        "workdir resumes.\n\n"
+        "--backend tpu (default): starts `train --distributed` in the background on every\n"
+        f"worker; each logs to {remote.LOG_FILE}.\n"
+        "WORKDIR must be on gs:// or on storage that every worker shares.\n\n"
+        "--backend local: runs --num-processes processes here, joined through a coordinator\n"
+        "on 127.0.0.1, each logging to WORKDIR/logs/process_{i}.log; waits for all of them.\n"
+        "If one fails the others are stopped and its exit code is returned.",
+        usage="%(prog)s --config CONFIG --workdir WORKDIR [--config.FIELD=VALUE ...]\n"
+        "         [--backend tpu] --name NAME --zone ZONE [--project PROJECT] [--dry-run]\n"
+        "   or: %(prog)s --config CONFIG --workdir WORKDIR [--config.FIELD=VALUE ...]\n"
+        "         --backend local [--num-processes N] [--num-cpu-devices K] [--port PORT]\n"
+        "         [--timeout SECONDS] [--dry-run]",
+    )
+    train.add_argument("--config", required=True, help="config file, e.g. configs/base.py")
+    train.add_argument("--workdir", required=True, help="checkpoints, logs, metrics")
+    train.add_argument(
+        "--backend", choices=["tpu", "local"], default="tpu", help="(default: %(default)s)"
+    )
+    tpu = train.add_argument_group("--backend tpu")
+    _tpu_options(tpu, required=False)
+    here = train.add_argument_group("--backend local")
+    here.add_argument(
+        "--num-processes",
+        type=names.positive_int,
+        metavar="N",
+        help="processes to run (default: 2)",
+    )
+    here.add_argument(
+        "--num-cpu-devices",
+        type=names.positive_int,
+        metavar="K",
+        help="CPU devices per process (default: 1)",
+    )
+    here.add_argument("--port", type=names.port, help="coordinator port (default: a free one)")
+    here.add_argument(
+        "--timeout",
+        type=names.positive_int,
+        metavar="SECONDS",
+        help="seconds before all are stopped (default: none)",
+    )
+
+    status = _subcommand(
+        sub,
+        "status",
+        "show the slice and whether each worker is training",
+        "Describes the TPU VM (or with --queued the queued resource), then prints per worker\n"
+        "whether `xlnet-jax train` runs and the last line of its log.",
+    )
+    _tpu_options(status)
+    _queued_option(status, "describe")
+
+    logs = _subcommand(sub, "logs", "print a worker's train log", f"Tails {remote.LOG_FILE}.")
+    _tpu_options(logs)
+    logs.add_argument(
+        "--worker", type=names.worker, default="0", help="index, or all (default: %(default)s)"
+    )
+    logs.add_argument(
+        "--lines", type=names.positive_int, default=100, help="(default: %(default)s)"
+    )
+    logs.add_argument("--follow", action="store_true", help="keep printing (tail -F)")
+
+    stop = _subcommand(
+        sub,
+        "stop",
+        "stop training on every worker",
+        "Sends SIGTERM to the train process on each worker, waits up to --grace seconds\n"
+        "(JAX takes SIGTERM as a preemption notice, so the trainer may checkpoint), then\n"
+        "SIGKILL.",
+    )
+    _tpu_options(stop)
+    stop.add_argument(
+        "--grace", type=int, default=60, help="seconds before SIGKILL (default: %(default)s)"
+    )
+
+    delete = _subcommand(
+        sub,
+        "delete",
+        "delete the TPU VM slice",
+        "Deletes the TPU VM, or with --queued the queued resource and its node.",
+    )
+    _tpu_options(delete)
+    _queued_option(delete, "delete")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    return parser, sub.choices
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    """Parses and cross-checks the flags; exits through argparse with a message on error."""
+    parser, subparsers = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    sub = subparsers[args.command]
+    if args.command != "train":
+        if extras:
+            sub.error(f"unrecognized arguments: {' '.join(extras)}")
+        if args.command == "create" and args.queued and args.preemptible:
+            sub.error("argument --preemptible: not for --queued; use --spot")
+        if args.command == "setup" and args.ref is not None and args.repo is None:
+            sub.error("argument --ref: needs --repo")
+        return args
+    for extra in extras:
+        try:
+            names.config_override(extra)
+        except argparse.ArgumentTypeError as e:
+            sub.error(f"unrecognized argument: {e}")
+    args.overrides = extras
+    options = {
+        "tpu": ["name", "zone", "project"],
+        "local": ["num_processes", "num_cpu_devices", "port", "timeout"],
+    }
+    for backend, dests in options.items():
+        for dest in dests:
+            if backend != args.backend and getattr(args, dest) is not None:
+                sub.error(f"argument --{dest.replace('_', '-')}: only with --backend {backend}")
+    if args.backend == "tpu":
+        for dest in ["name", "zone"]:
+            if getattr(args, dest) is None:
+                sub.error(f"argument --{dest}: required with --backend tpu")
+    elif "://" in args.workdir:
+        sub.error("argument --workdir: --backend local writes WORKDIR/logs, so a local path")
+    return args
+
+
+def _where(args: argparse.Namespace) -> tuple[str, str, str | None]:
+    return args.name, args.zone, args.project
+
+
+def _create(args: argparse.Namespace) -> Commands:
+    return [
+        commands.create(
+            *_where(args),
+            args.accelerator_type,
+            args.runtime_version,
+            args.queued,
+            args.preemptible,
+            args.spot,
+        )
+    ]
+
+
+def _setup(args: argparse.Namespace) -> Commands:
+    if args.repo is not None:
+        return [
+            commands.ssh(
+                *_where(args), "all", remote.setup_from_git(args.python, args.repo, args.ref)
+            )
+        ]
+    return [
+        commands.source_tarball(args.source, args.tarball),
+        commands.scp_to_workers(*_where(args), args.tarball),
+        commands.ssh(*_where(args), "all", remote.setup_from_tarball(args.python)),
+    ]
+
+
+def _train(args: argparse.Namespace) -> Commands:
+    if not args.workdir.startswith("gs://"):
+        print("warning: --workdir is not on gs://; all workers must share it", file=sys.stderr)
+    train_args = commands.train_args(
+        commands.TPU_CLUSTER_FLAGS, args.config, args.workdir, args.overrides
+    )
+    return [commands.ssh(*_where(args), "all", remote.train(train_args))]
+
+
+def _status(args: argparse.Namespace) -> Commands:
+    return [
+        commands.describe(*_where(args), args.queued),
+        commands.ssh(*_where(args), "all", remote.status()),
+    ]
+
+
+def _logs(args: argparse.Namespace) -> Commands:
+    return [commands.ssh(*_where(args), args.worker, remote.logs(args.lines, args.follow))]
+
+
+def _stop(args: argparse.Namespace) -> Commands:
+    return [commands.ssh(*_where(args), "all", remote.stop(args.grace))]
+
+
+def _delete(args: argparse.Namespace) -> Commands:
+    return [commands.delete(*_where(args), args.queued, args.yes)]
+
+
+_TPU_SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], Commands]] = {
+    "create": _create,
+    "setup": _setup,
+    "train": _train,
+    "status": _status,
+    "logs": _logs,
+    "stop": _stop,
+    "delete": _delete,
+}
+
+
+def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
+    num_processes = args.num_processes or 2
+    cmds = commands.local_train(
+        program,
+        args.port or local.free_port(),
+        num_processes,
+        args.num_cpu_devices or 1,
+        args.config,
+        args.workdir,
+        args.overrides,
+    )
+    if args.dry_run:
+        return runner.run_commands(cmds, dry_run=True)
+    return local.run(cmds, Path(args.workdir) / "logs", args.timeout)
+
+
+def main(
+    argv: Sequence[str] | None = None, *, local_program: Sequence[str] = local.DEFAULT_PROGRAM
+) -> int:
+    """Runs `xlnet-jax launch ARGV`; returns the exit code.
+
+    `local_program` is the argv prefix the local backend runs `train ...` with; tests
+    swap in a stand-in script.
+    """
+    try:
+        args = _parse(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exit_:  # argparse: --help, or a usage error.
+        return int(exit_.code or 0)
+    if args.command == "train" and args.backend == "local":
+        return _train_local(args, local_program)
+    return runner.run_commands(_TPU_SUBCOMMANDS[args.command](args), args.dry_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
