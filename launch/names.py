@@ -73,6 +73,13 @@ def positive_int(value: str) -> int:
     return int(value)
 
 
+def non_negative_int(value: str) -> int:
+    """An integer >= 0 (seconds to wait)."""
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer >= 0")
+    return int(value)
+
+
 def port(value: str) -> int:
     """A TCP port, or 0 to pick a free one."""
     if not value.isdigit() or int(value) > 65535:

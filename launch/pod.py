@@ -221,7 +221,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     _tpu_options(stop)
     stop.add_argument(
-        "--grace", type=int, default=60, help="seconds before SIGKILL (default: %(default)s)"
+        "--grace",
+        type=names.non_negative_int,
+        default=60,
+        help="seconds before SIGKILL (default: %(default)s)",
     )
 
     delete = _subcommand(

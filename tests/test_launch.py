@@ -1,0 +1,456 @@
+"""The launcher: exact dry-run commands, inert hostile values, and the local backend.
+
+No gcloud here: TPU subcommands are checked through --dry-run, and their worker scripts
+by running the printed lines in bash against a stand-in `gcloud` (which runs the ssh
+script in a fake worker home) and a stand-in `xlnet-jax`. The local backend runs a small
+stand-in train program that checks its flags.
+"""
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from launch import commands, local, pod
+
+TPU = ["--name", "xlnet-v3", "--zone", "europe-west4-a", "--project", "my-project"]
+SSH = (
+    "gcloud compute tpus tpu-vm ssh xlnet-v3 --zone=europe-west4-a --project=my-project "
+    "--worker=all --command "
+)
+RUNNING = (
+    'pid=$(cat ~/xlnet-jax-logs/train.pid 2>/dev/null) && grep -qs xlnet-jax "/proc/$pid/cmdline"'
+)
+# Shell syntax that, if it ever ran, would leave PWNED* files (and nothing worse).
+HOSTILE = "a b'c\"d; touch PWNED1 $(touch PWNED2) `touch PWNED3` $HOME ~\nx & touch PWNED4 > w"
+
+
+def dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Stdout of `xlnet-jax launch ARGV --dry-run`, which must succeed."""
+    assert pod.main([*argv, "--dry-run"]) == 0
+    return capsys.readouterr().out
+
+
+def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Stderr of `xlnet-jax launch ARGV --dry-run`, which must fail as a usage error."""
+    assert pod.main([*argv, "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
+# --- The v3-32 job, command by command -------------------------------------------------
+
+
+def test_create_dry_run(capsys):
+    out = dry_run(capsys, "create", *TPU, "--accelerator-type", "v3-32", "--spot")
+    assert out == (
+        "gcloud compute tpus tpu-vm create xlnet-v3 --zone=europe-west4-a --project=my-project "
+        "--accelerator-type=v3-32 --version=tpu-ubuntu2204-base --spot\n"
+    )
+    out = dry_run(capsys, "create", *TPU, "--accelerator-type", "v3-32", "--queued")
+    assert out == (
+        "gcloud compute tpus queued-resources create xlnet-v3 --node-id=xlnet-v3 "
+        "--zone=europe-west4-a --project=my-project --accelerator-type=v3-32 "
+        "--runtime-version=tpu-ubuntu2204-base\n"
+    )
+
+
+INSTALL_PYTHON = (
+    "if ! command -v python3.11 >/dev/null; then sudo apt-get update -qq && "
+    "sudo apt-get install -y -qq python3.11 python3.11-venv || exit 1; fi; "
+)
+INSTALL_PROJECT = (
+    "if [ ! -x ~/xlnet-jax-venv/bin/python ]; then python3.11 -m venv ~/xlnet-jax-venv || "
+    "exit 1; fi; cd ~/xlnet-jax && ~/xlnet-jax-venv/bin/pip install -q -U pip && "
+    "~/xlnet-jax-venv/bin/pip install -q -e '\"'\"'.[tpu]'\"'\"''\n"
+)
+
+
+def test_setup_dry_run(capsys):
+    out = dry_run(capsys, "setup", *TPU)
+    assert out == (
+        "git -C . archive --format=tar.gz --output=/tmp/xlnet-jax-src.tar.gz HEAD\n"
+        "gcloud compute tpus tpu-vm scp /tmp/xlnet-jax-src.tar.gz xlnet-v3:xlnet-jax-src.tar.gz "
+        "--zone=europe-west4-a --project=my-project --worker=all\n"
+        f"{SSH}'{INSTALL_PYTHON}"
+        "rm -rf ~/xlnet-jax && mkdir -p ~/xlnet-jax && tar -xzf xlnet-jax-src.tar.gz "
+        f"-C ~/xlnet-jax || exit 1; {INSTALL_PROJECT}"
+    )
+    out = dry_run(capsys, "setup", *TPU, "--repo", "https://github.com/me/xlnet-jax", "--ref", "v1")
+    assert out == (
+        f"{SSH}'{INSTALL_PYTHON}"
+        "rm -rf ~/xlnet-jax && git clone -q -- https://github.com/me/xlnet-jax ~/xlnet-jax && "
+        f"git -C ~/xlnet-jax checkout -q v1 -- || exit 1; {INSTALL_PROJECT}"
+    )
+
+
+def test_train_dry_run(capsys):
+    out = dry_run(
+        capsys,
+        "train",
+        *TPU,
+        "--config",
+        "configs/base.py",
+        "--workdir",
+        "gs://my-bucket/xlnet-base",
+        "--config.num_train_steps=100000",
+    )
+    assert out == (
+        f"{SSH}'mkdir -p ~/xlnet-jax-logs || exit 1; "
+        f'if {RUNNING}; then echo "$(hostname): already training (pid $pid); stop it first" >&2; '
+        "exit 1; fi; cd ~/xlnet-jax || exit 1; nohup ~/xlnet-jax-venv/bin/xlnet-jax train "
+        "--distributed --config=configs/base.py --workdir=gs://my-bucket/xlnet-base "
+        "--config.num_train_steps=100000 > ~/xlnet-jax-logs/train-$(hostname).log 2>&1 "
+        "< /dev/null & echo $! > ~/xlnet-jax-logs/train.pid; "
+        'echo "$(hostname): training (pid $!), log ~/xlnet-jax-logs/train-$(hostname).log"\'\n'
+    )
+
+
+def test_status_logs_stop_delete_dry_run(capsys):
+    assert dry_run(capsys, "status", *TPU) == (
+        "gcloud compute tpus tpu-vm describe xlnet-v3 --zone=europe-west4-a --project=my-project\n"
+        f'{SSH}\'if {RUNNING}; then echo "$(hostname): training (pid $pid)"; '
+        'else echo "$(hostname): not training"; fi; '
+        "tail -n 1 ~/xlnet-jax-logs/train-$(hostname).log 2>/dev/null; true'\n"
+    )
+    assert dry_run(capsys, "logs", *TPU, "--worker", "3", "--lines", "50", "--follow") == (
+        "gcloud compute tpus tpu-vm ssh xlnet-v3 --zone=europe-west4-a --project=my-project "
+        "--worker=3 --command 'tail -n 50 -F ~/xlnet-jax-logs/train-$(hostname).log'\n"
+    )
+    assert dry_run(capsys, "stop", *TPU, "--grace", "120") == (
+        f'{SSH}\'if {RUNNING}; then kill -TERM "$pid"; '
+        f"for _ in $(seq 120); do {RUNNING} || break; sleep 1; done; "
+        f'if {RUNNING}; then kill -KILL "$pid"; echo "$(hostname): killed pid $pid"; '
+        'else echo "$(hostname): stopped pid $pid"; fi; '
+        'else echo "$(hostname): not training"; fi\'\n'
+    )
+    assert dry_run(capsys, "delete", *TPU) == (
+        "gcloud compute tpus tpu-vm delete xlnet-v3 --zone=europe-west4-a --project=my-project\n"
+    )
+    assert dry_run(capsys, "delete", *TPU, "--queued", "--yes") == (
+        "gcloud compute tpus queued-resources delete xlnet-v3 --zone=europe-west4-a "
+        "--project=my-project --force --quiet\n"
+    )
+
+
+def test_module_entry_point():
+    result = subprocess.run(
+        [sys.executable, "-m", "launch.pod", "delete", *TPU, "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.startswith("gcloud compute tpus tpu-vm delete xlnet-v3 ")
+    help_text = subprocess.run(
+        [sys.executable, "-m", "launch.pod", "train", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--config.FIELD=VALUE" in help_text and "--num-processes N" in help_text
+
+
+# --- Hostile values stay inert ------------------------------------------------------------
+
+
+def remote_argv(printed: str) -> list[str]:
+    """The worker-side words of the one ssh command in `printed`, split as a shell would."""
+    local_argv = shlex.split(printed)
+    assert local_argv[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"]
+    return shlex.split(local_argv[local_argv.index("--command") + 1])
+
+
+def test_hostile_train_values_are_single_arguments(capsys):
+    override = f"--config.corpus_dir={HOSTILE}"
+    out = dry_run(
+        capsys, "train", *TPU, "--config", f"configs/{HOSTILE}.py", "--workdir", HOSTILE, override
+    )
+    words = remote_argv(out)
+    assert f"--workdir={HOSTILE}" in words
+    assert f"--config=configs/{HOSTILE}.py" in words
+    assert override in words
+    assert words.index(override) == words.index(f"--workdir={HOSTILE}") + 1
+
+
+def test_hostile_setup_values_are_single_arguments(capsys):
+    out = dry_run(capsys, "setup", *TPU, "--repo", HOSTILE, "--ref", HOSTILE)
+    words = remote_argv(out)
+    assert words[words.index("clone") + 3] == HOSTILE
+    assert words[words.index("checkout") + 2] == HOSTILE
+    out = dry_run(capsys, "setup", *TPU, "--source", HOSTILE, "--tarball", f"/tmp/{HOSTILE}")
+    archive, scp, _ = out.split("\ngcloud ")
+    assert shlex.split(archive)[2] == HOSTILE
+    assert shlex.split(archive)[5] == f"--output=/tmp/{HOSTILE}"
+    assert shlex.split(scp)[4] == f"/tmp/{HOSTILE}"
+
+
+def test_hostile_values_survive_two_real_shells(tmp_path, capsys):
+    """The printed lines, run by bash here and (via a stand-in gcloud) by bash on a worker."""
+    home, bin_dir = tmp_path / "home", tmp_path / "bin"
+    (home / "xlnet-jax").mkdir(parents=True)
+    (home / "xlnet-jax-venv" / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    executable(bin_dir / "gcloud", FAKE_GCLOUD)
+    executable(home / "xlnet-jax-venv" / "bin" / "xlnet-jax", FAKE_XLNET_JAX)
+    env = {**os.environ, "HOME": str(home), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    def launch(*argv: str) -> str:
+        line = dry_run(capsys, *argv, *TPU)
+        result = subprocess.run(
+            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    override = f"--config.corpus_dir={HOSTILE}"
+    started = launch("train", "--config", HOSTILE, "--workdir", HOSTILE, override)
+    pid = int((home / "xlnet-jax-logs" / "train.pid").read_text())
+    try:
+        assert f"training (pid {pid})" in started
+        argv_file = home / "xlnet-jax" / "argv.json"
+        wait_for(argv_file.exists)
+        assert json.loads(argv_file.read_text()) == [
+            "train",
+            "--distributed",
+            f"--config={HOSTILE}",
+            f"--workdir={HOSTILE}",
+            override,
+        ]
+        assert not list(tmp_path.rglob("PWNED*"))
+        assert "training (pid" in launch("status")
+        assert "already training" in dry_run_fails_in_shell(capsys, env, tmp_path)
+        log = home / "xlnet-jax-logs" / f"train-{socket.gethostname()}.log"
+        wait_for(lambda: "fake trainer up" in log.read_text())
+        assert "fake trainer up" in launch("logs", "--lines", "5")
+        assert f"stopped pid {pid}" in launch("stop", "--grace", "10")
+        assert "not training" in launch("status")
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+
+
+def dry_run_fails_in_shell(capsys, env: dict[str, str], cwd: Path) -> str:
+    """Stderr of a second `train` on a worker that is still training (it must fail)."""
+    line = dry_run(capsys, "train", *TPU, "--config", "c.py", "--workdir", "gs://b/w")
+    result = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    return result.stderr
+
+
+FAKE_GCLOUD = """
+import os, subprocess, sys
+args = sys.argv[1:]
+assert args[:4] == ["compute", "tpus", "tpu-vm", "ssh"], args
+script = args[args.index("--command") + 1]
+sys.exit(subprocess.run(["bash", "-c", script], cwd=os.environ["HOME"]).returncode)
+"""
+
+FAKE_XLNET_JAX = """
+import json, sys, time
+json.dump(sys.argv[1:], open("argv.json", "w"))
+print("fake trainer up", flush=True)
+time.sleep(60)
+"""
+
+
+def executable(path: Path, source: str) -> None:
+    path.write_text(f"#!{sys.executable}\n{textwrap.dedent(source)}")
+    path.chmod(0o755)
+
+
+def wait_for(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["delete", "--name", "my tpu; ls", "--zone", "europe-west4-a"], "--name"),
+        (["delete", "--name", "$(id)", "--zone", "europe-west4-a"], "--name"),
+        (["delete", "--name", "Bad-Name", "--zone", "europe-west4-a"], "--name"),
+        (["delete", "--name", "ok", "--zone", "europe-west4-a;id"], "--zone"),
+        (["delete", "--name", "ok", "--zone", "us-east1-d", "--project", "`id`"], "--project"),
+        (["create", "--name", "ok", "--zone", "us-central1-a", "--accelerator-type", "v3 32"],
+         "--accelerator-type"),
+        (["create", "--name", "ok", "--zone", "us-central1-a", "--accelerator-type", "v3-8",
+          "--runtime-version", "x\ny"], "--runtime-version"),
+        (["create", "--name", "ok", "--zone", "us-central1-a", "--accelerator-type", "v3-8",
+          "--queued", "--preemptible"], "--preemptible"),
+        (["logs", "--name", "ok", "--zone", "us-central1-a", "--worker", "0;id"], "--worker"),
+        (["setup", "--name", "ok", "--zone", "us-central1-a", "--repo", "--upload-pack=x"],
+         "--repo"),
+        (["setup", "--name", "ok", "--zone", "us-central1-a", "--tarball", "host:x"],
+         "--tarball"),
+        (["setup", "--name", "ok", "--zone", "us-central1-a", "--ref", "main"], "--ref"),
+        (["train", "--config", "c.py", "--workdir", "w", "--zone", "us-central1-a"], "--name"),
+        (["train", "--config", "c.py", "--workdir", "w", "--backend", "local", "--name", "x"],
+         "--name"),
+        (["train", "--config", "c.py", "--workdir", "gs://b/w", "--backend", "local"],
+         "--workdir"),
+        (["train", "--config", "c.py", "--workdir", "w", "--backend", "local", "--port", "7e"],
+         "--port"),
+        (["train", *TPU, "--config", "c.py", "--workdir", "w", "--config.seed"],
+         "--config.FIELD=VALUE"),
+        (["train", *TPU, "--config", "c.py", "--workdir", "w", "--config.a;b=1"],
+         "--config.FIELD=VALUE"),
+        (["stop", *TPU, "--nonsense"], "--nonsense"),
+    ],
+)  # fmt: skip
+def test_invalid_values_are_rejected_naming_the_flag(capsys, argv, flag):
+    assert flag in fails(capsys, *argv)
+
+
+# --- Local backend ------------------------------------------------------------------------
+
+FAKE_TRAIN = """
+import json, os, signal, sys, time
+args = sys.argv[1:]
+assert args[0] == "train", args
+flags = dict(a[2:].split("=", 1) for a in args[1:])
+i = int(flags["process_id"])
+os.makedirs(flags["workdir"], exist_ok=True)
+with open(os.path.join(flags["workdir"], f"seen_{i}.json"), "w") as f:
+    json.dump(flags, f)
+print(f"hello from process {i}", flush=True)
+if flags.get("config.ignore_sigterm") == str(i):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if flags.get("config.fail") == str(i):
+    time.sleep(float(flags.get("config.fail_after", 0)))
+    print("boom", file=sys.stderr)
+    sys.exit(3)
+time.sleep(float(flags.get("config.sleep", 0)))
+print(f"process {i} done", flush=True)
+"""
+
+
+@pytest.fixture
+def fake_train(tmp_path) -> list[str]:
+    script = tmp_path / "fake_train.py"
+    script.write_text(textwrap.dedent(FAKE_TRAIN))
+    return [sys.executable, str(script)]
+
+
+def local_train(fake_train, workdir: Path, *extra: str) -> int:
+    argv = [
+        "train",
+        "--backend",
+        "local",
+        "--num-processes",
+        "2",
+        "--num-cpu-devices",
+        "2",
+        "--config",
+        "configs/tiny.py",
+        "--workdir",
+        str(workdir),
+        "--timeout",
+        "30",
+        *extra,
+    ]
+    return pod.main(argv, local_program=fake_train)
+
+
+def test_local_runs_processes_with_distinct_ids_and_one_coordinator(tmp_path, capsys, fake_train):
+    workdir = tmp_path / "run"
+    assert local_train(fake_train, workdir, "--config.seed=7") == 0
+    seen = [json.loads((workdir / f"seen_{i}.json").read_text()) for i in range(2)]
+    assert [s["process_id"] for s in seen] == ["0", "1"]
+    assert seen[0]["coordinator_address"] == seen[1]["coordinator_address"]
+    assert seen[0]["coordinator_address"].startswith("127.0.0.1:")
+    for s in seen:
+        assert s["num_processes"] == "2" and s["num_cpu_devices"] == "2"
+        assert s["config"] == "configs/tiny.py" and s["workdir"] == str(workdir)
+        assert s["config.seed"] == "7"
+    for i in range(2):
+        log = (workdir / "logs" / f"process_{i}.log").read_text()
+        assert f"hello from process {i}" in log and f"process {i} done" in log
+    captured = capsys.readouterr()
+    assert "hello from process 0" in captured.out  # Process 0's log is echoed.
+    assert "hello from process 1" not in captured.out
+
+
+def test_local_failure_stops_the_others_and_names_the_log(tmp_path, capsys, fake_train):
+    workdir = tmp_path / "run"
+    start = time.monotonic()
+    code = local_train(fake_train, workdir, "--config.fail=1", "--config.sleep=60")
+    assert code == 3
+    assert time.monotonic() - start < 15
+    err = capsys.readouterr().err
+    assert f"process 1 exited with code 3; its log: {workdir / 'logs' / 'process_1.log'}" in err
+    assert "boom" in err  # The tail of the failed process's log.
+    pid_0 = int(re.search(r"process 0: pid (\d+)", err).group(1))
+    alive = Path(f"/proc/{pid_0}").exists()
+    if alive:
+        os.kill(pid_0, signal.SIGKILL)
+    assert not alive, "process 0 was left running"
+
+
+def test_local_timeout(tmp_path, capsys, fake_train):
+    code = local_train(fake_train, tmp_path / "run", "--config.sleep=60", "--timeout", "1")
+    assert code == 124
+    assert "timed out after 1 s" in capsys.readouterr().err
+
+
+def test_local_kills_a_process_that_ignores_sigterm(tmp_path, capsys, fake_train):
+    cmds = commands.local_train(
+        fake_train,
+        local.free_port(),
+        2,
+        1,
+        "c.py",
+        str(tmp_path),
+        [
+            "--config.fail=1",
+            "--config.fail_after=1",
+            "--config.ignore_sigterm=0",
+            "--config.sleep=60",
+        ],
+    )
+    start = time.monotonic()
+    assert local.run(cmds, tmp_path / "logs", timeout=30, grace_seconds=0.5) == 3
+    assert time.monotonic() - start < 10
+    assert "process 0 done" not in (tmp_path / "logs" / "process_0.log").read_text()
+
+
+def test_local_dry_run_picks_one_free_port(capsys):
+    out = dry_run(
+        capsys,
+        "train",
+        "--backend",
+        "local",
+        "--num-processes",
+        "3",
+        "--config",
+        "c.py",
+        "--workdir",
+        "w",
+        "--config.seed=1",
+    )
+    lines = [shlex.split(line) for line in out.splitlines()]
+    assert len(lines) == 3
+    port = lines[0][4].removeprefix("--coordinator_address=127.0.0.1:")
+    assert lines[0][:4] == [sys.executable, "-m", "xlnet_jax.cli", "train"]
+    for i, argv in enumerate(lines):
+        assert argv[4:] == [
+            f"--coordinator_address=127.0.0.1:{port}",
+            "--num_processes=3",
+            f"--process_id={i}",
+            "--num_cpu_devices=1",
+            "--config=c.py",
+            "--workdir=w",
+            "--config.seed=1",
+        ]
+    assert 0 < int(port) < 65536
