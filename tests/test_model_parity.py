@@ -1,0 +1,197 @@
+"""XLNetLM against transformers.XLNetLMHeadModel (random weights, eval mode), and model structure.
+
+The max abs differences are printed: `.venv/bin/pytest tests/test_model_parity.py -s -k parity`.
+"""
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+import transformers
+from jax.sharding import PartitionSpec as P
+
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.hf import config_from_hf, hf_forward, params_from_hf
+from xlnet_jax.model import XLNetLM
+
+TOL = 1e-4
+SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64)
+
+
+def random_plm_inputs(
+    rng: np.random.Generator, batch: int, length: int, num_predict: int, vocab: int
+) -> dict:
+    """A batch as the PLM objective makes it, in HF's conventions (batch-major).
+
+    Per row: a random factorization order over `num_predict` random targets (non-targets come
+    first: rank -1), perm_mask[i, j] = 1 iff j is a target with rank >= i's self rank (targets
+    never see themselves); token types A=0, B=1 and a final CLS=2.
+    """
+    input_ids = rng.integers(0, vocab, (batch, length))
+    token_type_ids = np.zeros((batch, length), np.int64)
+    perm_mask = np.zeros((batch, length, length), np.float32)
+    target_mapping = np.zeros((batch, num_predict, length), np.float32)
+    for b in range(batch):
+        split = rng.integers(1, length - 1)
+        token_type_ids[b, split:] = 1
+        token_type_ids[b, -1] = 2
+        targets = rng.choice(length, num_predict, replace=False)  # in no particular order
+        rank = np.full(length, -1)
+        rank[targets] = rng.permutation(num_predict)
+        self_rank = np.where(rank >= 0, rank, 0)
+        perm_mask[b] = (self_rank[:, None] <= rank[None, :]) & (rank[None, :] >= 0)
+        target_mapping[b, np.arange(num_predict), targets] = 1.0
+    return dict(
+        input_ids=input_ids,
+        token_type_ids=token_type_ids,
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+    )
+
+
+def randomize_(model: torch.nn.Module, seed: int) -> None:
+    """Replaces the 0.02-normal init by O(1)-activation weights, so position and segment errors show."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if "layer_norm.weight" in name:
+                p.copy_(1.0 + 0.1 * noise)
+            elif name.endswith(("bias", "seg_embed")):
+                p.copy_(0.5 * noise)
+            elif name.endswith(("word_embedding.weight", "mask_emb")):
+                p.copy_(noise)
+            else:
+                p.copy_(noise / p.shape[-1 if "ff.layer" in name else 0] ** 0.5)
+
+
+# (name, HF config overrides, untie_r, batch, reuse_len/mem_len need two segments)
+VARIANTS = [
+    ("gelu", dict(), True, 2, False),
+    ("relu", dict(ff_activation="relu"), True, 2, False),
+    ("bi_data", dict(bi_data=True), True, 4, False),
+    ("clamp_len", dict(clamp_len=3), True, 2, False),
+    ("tied_r", dict(), False, 2, False),
+    ("memory", dict(mem_len=10), True, 2, True),
+    (
+        "memory_reuse_bi_clamp",
+        dict(mem_len=9, reuse_len=5, bi_data=True, clamp_len=4, ff_activation="relu"),
+        True,
+        4,
+        True,
+    ),
+]
+MAX_DIFFS: dict[str, tuple[float, float]] = {}
+
+
+@pytest.mark.parametrize(
+    "name,overrides,untie_r,batch,two_segments", VARIANTS, ids=[v[0] for v in VARIANTS]
+)
+def test_parity_with_hf(tmp_path, name, overrides, untie_r, batch, two_segments):
+    torch.manual_seed(0)
+    hf_config = transformers.XLNetConfig(**SMALL, **{"mem_len": None, **overrides})
+    hf_model = transformers.XLNetLMHeadModel(hf_config).eval()
+    randomize_(hf_model, seed=len(name))
+    if not untie_r:  # HF is always per-layer; a tied model is one with equal per-layer biases.
+        with torch.no_grad():
+            first = hf_model.transformer.layer[0].rel_attn
+            for layer in hf_model.transformer.layer[1:]:
+                for b in ("r_w_bias", "r_r_bias", "r_s_bias"):
+                    getattr(layer.rel_attn, b).copy_(getattr(first, b))
+    hf_model.save_pretrained(tmp_path)
+    config = dataclasses.replace(config_from_hf(hf_config.to_dict()), untie_r=untie_r)
+    params = params_from_hf(safetensors.numpy.load_file(tmp_path / "model.safetensors"), config)
+
+    rng = np.random.default_rng(1)
+    hf_mems, our_mems, diffs = None, None, []
+    for _ in range(2 if two_segments else 1):
+        inputs = random_plm_inputs(rng, batch, length=12, num_predict=4, vocab=SMALL["vocab_size"])
+        with torch.no_grad():
+            out = hf_model(
+                **{k: torch.tensor(v) for k, v in inputs.items()},
+                mems=hf_mems,
+                use_mems=two_segments,
+            )
+        logits, new_mems = hf_forward(config, params, **inputs, mems=our_mems)
+        diffs.append((np.abs(logits - out.logits.numpy()).max(), 0.0))
+        if two_segments:
+            hf_mems, our_mems = out.mems, new_mems
+            assert [m.shape for m in new_mems] == [tuple(m.shape) for m in out.mems]
+            diffs[-1] = (
+                diffs[-1][0],
+                max(np.abs(a - b.numpy()).max() for a, b in zip(new_mems, out.mems, strict=True)),
+            )
+    MAX_DIFFS[name] = tuple(float(max(d)) for d in zip(*diffs, strict=True))
+    print(
+        f"\nparity[{name}]: max|logits diff| = {MAX_DIFFS[name][0]:.2e}, max|mems diff| = {MAX_DIFFS[name][1]:.2e}"
+    )
+    assert MAX_DIFFS[name][0] < TOL and MAX_DIFFS[name][1] < TOL
+
+
+def _tiny_call(config: ModelConfig, batch=2, length=6, num_predict=2, mem=3):
+    """Initialises XLNetLM(config): (boxed params, forward(params, dropout_rng=None) -> outputs)."""
+    rng = np.random.default_rng(0)
+    inputs = random_plm_inputs(rng, batch, length, num_predict, config.vocab_size)
+    args = (
+        jnp.asarray(inputs["input_ids"], jnp.int32),
+        jnp.asarray(inputs["token_type_ids"], jnp.int32),
+        jnp.asarray(inputs["perm_mask"] > 0),
+        jnp.asarray(inputs["target_mapping"].argmax(-1), jnp.int32),
+        jnp.asarray(rng.normal(size=(config.n_layer, batch, mem, config.d_model)), jnp.float32),
+    )
+    model = XLNetLM(config)
+    params = model.init(jax.random.key(0), *args, deterministic=True)["params"]
+
+    def forward(params, dropout_rng=None):
+        rngs = {} if dropout_rng is None else {"dropout": dropout_rng}
+        return model.apply({"params": params}, *args, deterministic=dropout_rng is None, rngs=rngs)
+
+    return params, forward
+
+
+def test_params_carry_logical_axes_and_init():
+    config = ModelConfig(**SMALL, d_head=8, untie_r=False)
+    boxed, _ = _tiny_call(config)
+    specs = nn.get_partition_spec(boxed)
+    assert specs["layers"]["attention"]["q"] == P("layers", "embed", "heads", "kv")
+    assert specs["layers"]["ffn"]["layer_1"]["kernel"] == P("layers", "embed", "mlp")
+    assert specs["word_embedding"]["embedding"] == P("vocab", "embed")
+    assert specs["rel_biases"]["r_w_bias"] == P("heads", "kv")
+    params = nn.unbox(boxed)
+    assert "rel_biases" not in params["layers"]["attention"]
+    assert params["layers"]["attention"]["q"].shape == (2, 32, 4, 8)
+    assert abs(params["layers"]["attention"]["k"].std() - 0.02) < 0.003
+    assert (params["layers"]["ffn"]["layer_norm"]["scale"] == 1).all() and (
+        params["lm_bias"] == 0
+    ).all()
+
+
+def test_remat_and_depth_do_not_change_the_program():
+    """remat gives the same numbers; the traced program does not grow with n_layer (scan)."""
+    config = ModelConfig(**SMALL, d_head=8, mem_len=4)
+    boxed, forward = _tiny_call(config)
+    params = nn.unbox(boxed)
+    _, remat_forward = _tiny_call(dataclasses.replace(config, remat=True))
+    np.testing.assert_allclose(forward(params)[0], remat_forward(params)[0], atol=1e-6)
+    grads = jax.grad(lambda p: remat_forward(p, jax.random.key(1))[0].sum())(params)
+    assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
+
+    def program_size(n_layer):
+        deep_params, deep_forward = _tiny_call(dataclasses.replace(config, n_layer=n_layer))
+        return len(jax.make_jaxpr(deep_forward)(nn.unbox(deep_params)).eqns)
+
+    assert program_size(2) == program_size(6)
+
+
+def test_dropout_and_bfloat16_run():
+    config = ModelConfig(**SMALL, d_head=8, dtype="bfloat16", mem_len=4)
+    params, forward = _tiny_call(config)
+    logits, new_mems = forward(nn.unbox(params), jax.random.key(1))
+    assert logits.dtype == jnp.float32 and new_mems.dtype == jnp.float32
+    assert logits.shape == (2, 2, 64) and new_mems.shape == (2, 2, 4, 32)
+    assert np.isfinite(np.asarray(logits)).all()

@@ -1,0 +1,409 @@
+"""HuggingFace `XLNetLMHeadModel` import/export, our own model directory, and an HF-style forward.
+
+Two on-disk formats:
+  * HF directory: config.json + model.safetensors (or pytorch_model.bin on import), the layout
+    `transformers.XLNetLMHeadModel.from_pretrained` reads.
+  * Our params directory: config.json (the ModelConfig fields) + params.safetensors, the
+    parameter tree flattened with '/'-joined keys (e.g. "layers/attention/q", stacked over
+    layers on the leading axis). Plain safetensors: no pickle, readable without JAX.
+
+Differences from HF that a round trip settles: HF has one dropout for hidden states and
+attention probabilities (we write and read our `dropatt` as an extra config key) and always
+per-layer r_w/r_r/r_s biases (with untie_r=False we replicate the shared set on export and
+require identical per-layer sets on import). HF's mem_len None/0 means "keep everything"; ours
+0 means no memory, so hf_forward returns empty memories there.
+"""
+
+import dataclasses
+import functools
+import json
+import pathlib
+from collections.abc import Mapping, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import safetensors.numpy
+
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.model import XLNetLM, validate_model_config
+
+Params = dict
+_CONFIG = "config.json"
+_HF_SAFETENSORS = "model.safetensors"
+_HF_TORCH = "pytorch_model.bin"
+_PARAMS = "params.safetensors"
+
+# HF key under "transformer.layer.{i}." -> (our path under params["layers"], torch Linear weight?).
+_LAYER_KEYS = {
+    **{f"rel_attn.{n}": (("attention", n), False) for n in ("q", "k", "v", "o", "r", "seg_embed")},
+    "rel_attn.layer_norm.weight": (("attention", "layer_norm", "scale"), False),
+    "rel_attn.layer_norm.bias": (("attention", "layer_norm", "bias"), False),
+    "ff.layer_1.weight": (("ffn", "layer_1", "kernel"), True),
+    "ff.layer_1.bias": (("ffn", "layer_1", "bias"), False),
+    "ff.layer_2.weight": (("ffn", "layer_2", "kernel"), True),
+    "ff.layer_2.bias": (("ffn", "layer_2", "bias"), False),
+    "ff.layer_norm.weight": (("ffn", "layer_norm", "scale"), False),
+    "ff.layer_norm.bias": (("ffn", "layer_norm", "bias"), False),
+}
+_BIASES = ("r_w_bias", "r_r_bias", "r_s_bias")
+_TOP_KEYS = {
+    "transformer.word_embedding.weight": ("word_embedding", "embedding"),
+    "transformer.mask_emb": ("mask_emb",),
+    "lm_loss.bias": ("lm_bias",),
+}
+
+
+def _example_inputs(config: ModelConfig):
+    """Smallest valid inputs (batch 2 so bi_data halves exist), for shape-only traces."""
+    batch = 2
+    return (
+        jnp.zeros((batch, 1), jnp.int32),
+        jnp.zeros((batch, 1), jnp.int32),
+        jnp.zeros((batch, 1, 1), bool),
+        jnp.zeros((batch, 1), jnp.int32),
+        jnp.zeros((config.n_layer, batch, 0, config.d_model), jnp.float32),
+    )
+
+
+def param_shapes(config: ModelConfig) -> Params:
+    """The parameter tree of XLNetLM(config) as ShapeDtypeStructs (nothing is allocated)."""
+    model = XLNetLM(config)
+    abstract = jax.eval_shape(
+        lambda: model.init(jax.random.key(0), *_example_inputs(config), deterministic=True)
+    )
+    return flax.linen.unbox(abstract)["params"]
+
+
+def _check_tree(config: ModelConfig, params: Params, source: str) -> None:
+    """Raises ValueError if `params` does not have exactly the structure and shapes of the model."""
+    expected = flax.traverse_util.flatten_dict(param_shapes(config), sep="/")
+    got = flax.traverse_util.flatten_dict(params, sep="/")
+    if expected.keys() != got.keys():
+        missing, extra = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
+        raise ValueError(
+            f"{source}: parameters do not match the config: missing {missing}, extra {extra}"
+        )
+    for key, spec in expected.items():
+        if tuple(got[key].shape) != spec.shape:
+            raise ValueError(
+                f"{source}: parameter {key} has shape {got[key].shape}, expected {spec.shape}"
+            )
+
+
+def _set(tree: dict, path: tuple[str, ...], value) -> None:
+    for name in path[:-1]:
+        tree = tree.setdefault(name, {})
+    tree[path[-1]] = value
+
+
+def _get(tree: dict, path: tuple[str, ...]):
+    for name in path:
+        tree = tree[name]
+    return tree
+
+
+# --- configs -------------------------------------------------------------------------------
+
+
+def config_from_hf(hf: Mapping, source: str = "HF config") -> ModelConfig:
+    """Our ModelConfig from an HF XLNetConfig dict (config.json), rejecting what we do not model.
+
+    Raises:
+      ValueError naming the field: attn_type other than "bi", same_length, an activation other
+      than gelu/relu, d_head != d_model // n_head.
+    """
+    if hf.get("attn_type", "bi") != "bi":
+        raise ValueError(f"{source}: attn_type={hf['attn_type']!r} is not supported (only 'bi')")
+    if hf.get("same_length", False):
+        raise ValueError(f"{source}: same_length=True is not supported")
+    d_model, n_head = hf["d_model"], hf["n_head"]
+    d_head = hf.get("d_head") or d_model // n_head
+    if d_head * n_head != d_model:
+        raise ValueError(
+            f"{source}: d_head ({d_head}) must equal d_model // n_head ({d_model // n_head})"
+        )
+    config = ModelConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=d_model,
+        n_layer=hf["n_layer"],
+        n_head=n_head,
+        d_head=d_head,
+        d_inner=hf["d_inner"],
+        ff_activation=hf.get("ff_activation", "gelu"),
+        untie_r=True,
+        dropout=hf.get("dropout", 0.1),
+        dropatt=hf.get("dropatt", hf.get("dropout", 0.1)),
+        initializer_range=hf.get("initializer_range", 0.02),
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        clamp_len=hf.get("clamp_len", -1),
+        bi_data=hf.get("bi_data", False),
+        reuse_len=hf.get("reuse_len") or 0,
+        mem_len=hf.get("mem_len") or 0,
+    )
+    try:
+        validate_model_config(config)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from e
+    return config
+
+
+def config_to_hf(config: ModelConfig) -> dict:
+    """The config.json of an HF XLNetLMHeadModel with our architecture."""
+    validate_model_config(config)
+    if config.d_head * config.n_head != config.d_model:
+        raise ValueError(f"d_head ({config.d_head}) must equal d_model // n_head for HF")
+    return {
+        "architectures": ["XLNetLMHeadModel"],
+        "model_type": "xlnet",
+        "vocab_size": config.vocab_size,
+        "d_model": config.d_model,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "d_head": config.d_head,
+        "d_inner": config.d_inner,
+        "ff_activation": config.ff_activation,
+        "attn_type": "bi",
+        "untie_r": True,
+        "dropout": config.dropout,
+        "dropatt": config.dropatt,
+        "initializer_range": config.initializer_range,
+        "layer_norm_eps": config.layer_norm_eps,
+        "clamp_len": config.clamp_len,
+        "bi_data": config.bi_data,
+        "same_length": False,
+        "mem_len": config.mem_len or None,
+        "reuse_len": config.reuse_len or None,
+        "tie_word_embeddings": True,
+    }
+
+
+# --- parameters ----------------------------------------------------------------------------
+
+
+def params_from_hf(state: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
+    """Our parameter tree from an HF XLNetLMHeadModel state dict (numpy float32 arrays).
+
+    With config.untie_r False, every layer's r_w/r_r/r_s biases must be identical (one set is
+    kept). Raises ValueError naming missing keys or mismatched shapes.
+    """
+    layer_keys = [f"transformer.layer.{i}.{k}" for i in range(config.n_layer) for k in _LAYER_KEYS]
+    bias_keys = [
+        f"transformer.layer.{i}.rel_attn.{b}" for i in range(config.n_layer) for b in _BIASES
+    ]
+    missing = [k for k in [*_TOP_KEYS, *layer_keys, *bias_keys] if k not in state]
+    if missing:
+        raise ValueError(f"HF state dict lacks {len(missing)} keys, e.g. {missing[:3]}")
+    params: Params = {}
+    for key, path in _TOP_KEYS.items():
+        _set(params, path, np.asarray(state[key], np.float32))
+
+    def stacked(suffix: str, transpose: bool = False) -> np.ndarray:
+        arrays = [
+            np.asarray(state[f"transformer.layer.{i}.{suffix}"], np.float32)
+            for i in range(config.n_layer)
+        ]
+        return np.stack([a.T if transpose else a for a in arrays])
+
+    for suffix, (path, transpose) in _LAYER_KEYS.items():
+        _set(params, ("layers", *path), stacked(suffix, transpose))
+    for name in _BIASES:
+        biases = stacked(f"rel_attn.{name}")
+        if config.untie_r:
+            _set(params, ("layers", "attention", "rel_biases", name), biases)
+        elif not (biases == biases[:1]).all():
+            raise ValueError(f"untie_r=False needs identical {name} in every layer of the HF model")
+        else:
+            _set(params, ("rel_biases", name), biases[0])
+    _check_tree(config, params, "HF state dict")
+    return params
+
+
+def params_to_hf(config: ModelConfig, params: Params) -> dict[str, np.ndarray]:
+    """The HF XLNetLMHeadModel state dict of our parameters (lm_loss.weight is tied, not written)."""
+    _check_tree(config, params, "params")
+    params = jax.device_get(params)
+    state = {key: np.asarray(_get(params, path)) for key, path in _TOP_KEYS.items()}
+    for i in range(config.n_layer):
+        for suffix, (path, transpose) in _LAYER_KEYS.items():
+            array = np.asarray(_get(params["layers"], path)[i])
+            state[f"transformer.layer.{i}.{suffix}"] = array.T if transpose else array
+        for name in _BIASES:
+            bias = (
+                params["layers"]["attention"]["rel_biases"][name][i]
+                if config.untie_r
+                else params["rel_biases"][name]
+            )
+            state[f"transformer.layer.{i}.rel_attn.{name}"] = np.asarray(bias)
+    return {k: np.ascontiguousarray(v, np.float32) for k, v in state.items()}
+
+
+def _read_hf_state(path: pathlib.Path) -> dict[str, np.ndarray]:
+    """The tensors of an HF directory: model.safetensors, else pytorch_model.bin (weights only)."""
+    if (path / _HF_SAFETENSORS).exists():
+        return safetensors.numpy.load_file(path / _HF_SAFETENSORS)
+    if (path / _HF_TORCH).exists():
+        try:
+            import torch
+        except ImportError as e:
+            raise ImportError(f"reading {path / _HF_TORCH} needs torch (pip install torch)") from e
+        state = torch.load(path / _HF_TORCH, map_location="cpu", weights_only=True)
+        return {k: v.float().numpy() for k, v in state.items()}
+    raise FileNotFoundError(f"{path}: neither {_HF_SAFETENSORS} nor {_HF_TORCH} found")
+
+
+def _read_json(path: pathlib.Path) -> dict:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found")
+    return json.loads(path.read_text())
+
+
+def load_hf(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
+    """Reads an HF XLNetLMHeadModel directory into (ModelConfig, params).
+
+    Args:
+      path: directory with config.json and model.safetensors or pytorch_model.bin.
+
+    Returns:
+      The config (untie_r True, as HF) and the numpy float32 parameter tree of XLNetLM.
+    """
+    path = pathlib.Path(path)
+    config = config_from_hf(_read_json(path / _CONFIG), source=str(path / _CONFIG))
+    return config, params_from_hf(_read_hf_state(path), config)
+
+
+def save_hf(path: str | pathlib.Path, config: ModelConfig, params: Params) -> None:
+    """Writes config.json + model.safetensors that transformers.XLNetLMHeadModel loads."""
+    path = pathlib.Path(path)
+    state = params_to_hf(config, params)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / _CONFIG).write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
+    safetensors.numpy.save_file(state, path / _HF_SAFETENSORS, metadata={"format": "pt"})
+
+
+def save_params_dir(path: str | pathlib.Path, config: ModelConfig, params: Params) -> None:
+    """Writes our model directory: config.json (ModelConfig fields) + params.safetensors."""
+    path = pathlib.Path(path)
+    _check_tree(config, params, "params")
+    flat = flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / _CONFIG).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+    safetensors.numpy.save_file(
+        {k: np.ascontiguousarray(v, np.float32) for k, v in flat.items()}, path / _PARAMS
+    )
+
+
+def load_params_dir(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
+    """Reads a directory written by save_params_dir into (ModelConfig, numpy params)."""
+    path = pathlib.Path(path)
+    fields = _read_json(path / _CONFIG)
+    unknown = set(fields) - {f.name for f in dataclasses.fields(ModelConfig)}
+    if unknown:
+        raise ValueError(f"{path / _CONFIG}: unknown ModelConfig fields {sorted(unknown)}")
+    config = ModelConfig(**fields)
+    if not (path / _PARAMS).exists():
+        raise FileNotFoundError(f"{path / _PARAMS} not found")
+    params = flax.traverse_util.unflatten_dict(safetensors.numpy.load_file(path / _PARAMS), sep="/")
+    _check_tree(config, params, str(path / _PARAMS))
+    return config, params
+
+
+def import_hf(src: str | pathlib.Path, out: str | pathlib.Path) -> ModelConfig:
+    """`xlnet-jax import-hf SRC --out DIR`: HF directory -> our params directory."""
+    config, params = load_hf(src)
+    save_params_dir(out, config, params)
+    return config
+
+
+def export_hf(src_params_dir: str | pathlib.Path, out: str | pathlib.Path) -> ModelConfig:
+    """`xlnet-jax export-hf SRC --out DIR`: our params directory -> HF directory."""
+    config, params = load_params_dir(src_params_dir)
+    save_hf(out, config, params)
+    return config
+
+
+# --- forward pass with HF conventions ------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(config: ModelConfig, params: Params, input_ids, seg_ids, perm_mask, target_pos, mems):
+    return XLNetLM(config).apply(
+        {"params": params}, input_ids, seg_ids, perm_mask, target_pos, mems, deterministic=True
+    )
+
+
+def hf_forward(
+    config: ModelConfig,
+    params: Params,
+    *,
+    input_ids,
+    token_type_ids,
+    perm_mask,
+    target_mapping,
+    mems: Sequence | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """XLNetLM (the training code's model, deterministic) called with HF's argument conventions.
+
+    Args:
+      config, params: the model.
+      input_ids: int [B, L].
+      token_type_ids: int [B, L].
+      perm_mask: [B, L, L], nonzero where i may NOT attend j.
+      target_mapping: one-hot [B, P, L]: row p of example b predicts position argmax.
+      mems: None or a list of n_layer arrays [M, B, D] (length-major, as HF).
+
+    Returns:
+      logits float32 [B, P, vocab] and new mems: a list of n_layer arrays [M', B, D].
+    """
+    input_ids = np.asarray(input_ids, np.int32)
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, length], got shape {input_ids.shape}")
+    batch, length = input_ids.shape
+    token_type_ids = np.asarray(token_type_ids, np.int32)
+    if token_type_ids.shape != (batch, length):
+        raise ValueError(
+            f"token_type_ids must have shape {(batch, length)}, got {token_type_ids.shape}"
+        )
+    perm_mask = np.asarray(perm_mask)
+    if perm_mask.shape != (batch, length, length):
+        raise ValueError(
+            f"perm_mask must have shape {(batch, length, length)}, got {perm_mask.shape}"
+        )
+    target_mapping = np.asarray(target_mapping)
+    if target_mapping.ndim != 3 or target_mapping.shape[::2] != (batch, length):
+        raise ValueError(
+            f"target_mapping must be [{batch}, num_predict, {length}], got {target_mapping.shape}"
+        )
+    if (
+        not ((target_mapping == 0) | (target_mapping == 1)).all()
+        or (target_mapping.sum(-1) != 1).any()
+    ):
+        raise ValueError("target_mapping must be one-hot: exactly one 1 per [batch, predict] row")
+    if mems is None:
+        stacked = np.zeros((config.n_layer, batch, 0, config.d_model), np.float32)
+    else:
+        if len(mems) != config.n_layer:
+            raise ValueError(
+                f"mems must be a list of n_layer={config.n_layer} arrays, got {len(mems)}"
+            )
+        shapes = {np.shape(m) for m in mems}
+        if (
+            len(shapes) != 1
+            or len(next(iter(shapes))) != 3
+            or next(iter(shapes))[1:] != (batch, config.d_model)
+        ):
+            raise ValueError(
+                f"mems must all be [mem_len, {batch}, {config.d_model}], got shapes {shapes}"
+            )
+        stacked = np.stack([np.asarray(m, np.float32) for m in mems]).transpose(0, 2, 1, 3)
+    logits, new_mems = _apply(
+        config,
+        params,
+        input_ids,
+        token_type_ids,
+        perm_mask != 0,
+        target_mapping.argmax(-1).astype(np.int32),
+        stacked,
+    )
+    return np.asarray(logits), list(np.asarray(new_mems).transpose(0, 2, 1, 3))

@@ -1,0 +1,251 @@
+"""XLNet: a Transformer-XL encoder with two-stream attention and a tied LM head (Flax linen).
+
+Batch-major throughout: B batch, L segment length, M memory length, P targets per row,
+D model width. Layers run under `nn.scan` (parameters stacked on a leading 'layers' axis), so
+compile time does not grow with depth.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from xlnet_jax.attention import RelativeBiases, TwoStreamRelativeAttention, query_rows
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.position import default_backward_rows, relative_positional_encoding
+
+ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "relu": jax.nn.relu}
+DTYPES = ("float32", "bfloat16")
+
+
+def validate_model_config(cfg: ModelConfig) -> None:
+    """Raises ValueError naming the first invalid field of `cfg`."""
+    for name in ("vocab_size", "d_model", "n_layer", "n_head", "d_head", "d_inner"):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
+    for name in ("mem_len", "reuse_len"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.d_model % cfg.n_head:
+        raise ValueError(f"d_model ({cfg.d_model}) must be divisible by n_head ({cfg.n_head})")
+    if cfg.d_model % 2:
+        raise ValueError(f"d_model ({cfg.d_model}) must be even (sinusoidal encodings)")
+    if cfg.ff_activation not in ACTIVATIONS:
+        raise ValueError(
+            f"ff_activation must be one of {sorted(ACTIVATIONS)}, got {cfg.ff_activation!r}"
+        )
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {cfg.dtype!r}")
+    for name in ("dropout", "dropatt"):
+        if not 0.0 <= getattr(cfg, name) < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {getattr(cfg, name)}")
+
+
+def update_memory(
+    mem: jax.Array, layer_input: jax.Array, reuse_len: int, mem_len: int
+) -> jax.Array:
+    """The next memory of one layer: concat(mem, input[:, :reuse_len])[:, -mem_len:], float32.
+
+    reuse_len 0 keeps the whole segment (as HF); mem_len 0 gives an empty memory [B, 0, D].
+    The result is a constant for the next step (stop_gradient).
+    """
+    reused = layer_input if reuse_len == 0 else layer_input[:, :reuse_len]
+    joined = jnp.concatenate([mem, reused.astype(jnp.float32)], axis=1)
+    keep = min(mem_len, joined.shape[1])
+    return jax.lax.stop_gradient(joined[:, joined.shape[1] - keep :])
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward block with residual and post-LayerNorm."""
+
+    config: ModelConfig
+    deterministic: bool
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """x: [B, T, D] -> [B, T, D]."""
+        cfg = self.config
+        dtype = jnp.dtype(cfg.dtype)
+        kernel_init = nn.initializers.normal(cfg.initializer_range)
+
+        def dense(features: int, axes: tuple[str, str], name: str) -> nn.Dense:
+            return nn.Dense(
+                features,
+                dtype=dtype,
+                kernel_init=nn.with_logical_partitioning(kernel_init, axes),
+                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
+                name=name,
+            )
+
+        dropout = nn.Dropout(cfg.dropout)
+        y = ACTIVATIONS[cfg.ff_activation](dense(cfg.d_inner, ("embed", "mlp"), "layer_1")(x))
+        y = dropout(y, deterministic=self.deterministic)
+        y = dense(cfg.d_model, ("mlp", "embed"), "layer_2")(y)
+        y = dropout(y, deterministic=self.deterministic)
+        return nn.LayerNorm(
+            epsilon=cfg.layer_norm_eps,
+            dtype=dtype,
+            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+            name="layer_norm",
+        )(y + x)
+
+
+class XLNetLayer(nn.Module):
+    """One layer for both streams; the scan body (carry (h, g), scanned-in memory, out new memory)."""
+
+    config: ModelConfig
+    deterministic: bool
+
+    @nn.compact
+    def __call__(self, carry, mem, pos_emb, content, query, shared_biases):
+        """Args: carry (h [B,L,D], g [B,P,D]); mem [B,M,D] float32; the rest as in attention.
+
+        Returns: ((h, g) of the next layer, this layer's new memory [B, mem_len, D]).
+        """
+        cfg = self.config
+        h, g = carry
+        new_mem = update_memory(mem, h, cfg.reuse_len, cfg.mem_len)
+        h, g = TwoStreamRelativeAttention(cfg, self.deterministic, name="attention")(
+            h, g, mem, pos_emb, content, query, shared_biases
+        )
+        ffn = FeedForward(cfg, self.deterministic, name="ffn")
+        h = nn.with_logical_constraint(ffn(h), ("batch", "length", "embed"))
+        g = nn.with_logical_constraint(ffn(g), ("batch", "targets", "embed"))
+        return (h, g), new_mem
+
+
+def _check_inputs(cfg: ModelConfig, input_ids, seg_ids, perm_mask, target_pos, mems, is_backward):
+    """Raises ValueError naming the first argument whose shape does not fit."""
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, length], got shape {input_ids.shape}")
+    batch, length = input_ids.shape
+    if seg_ids.shape != (batch, length):
+        raise ValueError(f"seg_ids must have shape {(batch, length)}, got {seg_ids.shape}")
+    if perm_mask.shape != (batch, length, length):
+        raise ValueError(
+            f"perm_mask must have shape {(batch, length, length)}, got {perm_mask.shape}"
+        )
+    if target_pos.ndim != 2 or target_pos.shape[0] != batch:
+        raise ValueError(f"target_pos must be [batch={batch}, num_predict], got {target_pos.shape}")
+    if mems.ndim != 4 or mems.shape[0] != cfg.n_layer:
+        raise ValueError(
+            f"mems must be [n_layer={cfg.n_layer}, batch, mem, d_model], got {mems.shape}"
+        )
+    if mems.shape[1] != batch or mems.shape[3] != cfg.d_model:
+        raise ValueError(
+            f"mems must be [{cfg.n_layer}, {batch}, mem, {cfg.d_model}], got {mems.shape}"
+        )
+    if cfg.bi_data:
+        if is_backward is None and batch % 2:
+            raise ValueError(f"is_backward is None with bi_data needs an even batch, got {batch}")
+        if is_backward is not None and is_backward.shape != (batch,):
+            raise ValueError(f"is_backward must have shape {(batch,)}, got {is_backward.shape}")
+
+
+class XLNetLM(nn.Module):
+    """XLNet with its tied LM head, computing logits at the target positions only.
+
+    Attributes:
+      config: the model config (validated on every call, before tracing).
+    """
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        seg_ids: jax.Array,
+        perm_mask: jax.Array,
+        target_pos: jax.Array,
+        mems: jax.Array,
+        is_backward: jax.Array | None = None,
+        *,
+        deterministic: bool,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Two-stream forward pass over one segment, with memory.
+
+        Args:
+          input_ids: int32 [B, L] tokens (the content stream sees the real tokens).
+          seg_ids: int32 [B, L] token types (A=0, B=1, CLS=2); memory counts as type 0.
+          perm_mask: bool [B, L, L], True where query i may NOT attend key j (query-stream
+            semantics; the content stream also always sees itself).
+          target_pos: int32 [B, P], positions of the P target rows (query stream).
+          mems: float32 [n_layer, B, M, D] memory, always fully visible; M may be 0.
+          is_backward: bool [B] or None; with config.bi_data, rows that use negated relative
+            distances (None: the second half of the batch, as HF). Ignored without bi_data.
+          deterministic: disables dropout and dropatt.
+
+        Returns:
+          logits: float32 [B, P, vocab] at the targets.
+          new_mems: float32 [n_layer, B, mem_len', D], each layer's input appended to its
+            memory: concat(mems, input[:, :reuse_len])[:, -mem_len:] (mem_len' = mem_len once
+            enough has been seen; 0 when config.mem_len is 0).
+        """
+        cfg = self.config
+        validate_model_config(cfg)
+        _check_inputs(cfg, input_ids, seg_ids, perm_mask, target_pos, mems, is_backward)
+        dtype = jnp.dtype(cfg.dtype)
+        batch, length = input_ids.shape
+        mem_len = mems.shape[2]
+        init = nn.initializers.normal(cfg.initializer_range)
+        dropout = nn.Dropout(cfg.dropout)
+
+        word_embedding = nn.Embed(
+            cfg.vocab_size,
+            cfg.d_model,
+            embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")),
+            name="word_embedding",
+        )
+        mask_emb = self.param(
+            "mask_emb",
+            nn.with_logical_partitioning(init, (None, None, "embed")),
+            (1, 1, cfg.d_model),
+        )
+        lm_bias = self.param(
+            "lm_bias",
+            nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+            (cfg.vocab_size,),
+        )
+
+        h = dropout(word_embedding(input_ids), deterministic=deterministic).astype(dtype)
+        h = nn.with_logical_constraint(h, ("batch", "length", "embed"))
+        g = jnp.broadcast_to(mask_emb, (batch, target_pos.shape[1], cfg.d_model))
+        g = dropout(g, deterministic=deterministic).astype(dtype)
+        g = nn.with_logical_constraint(g, ("batch", "targets", "embed"))
+
+        if cfg.bi_data and is_backward is None:
+            is_backward = default_backward_rows(batch)
+        pos_emb = relative_positional_encoding(
+            mem_len + length,
+            length,
+            cfg.d_model,
+            cfg.clamp_len,
+            is_backward if cfg.bi_data else None,
+        )
+        pos_emb = dropout(pos_emb, deterministic=deterministic).astype(dtype)
+
+        perm_mask = perm_mask.astype(bool)
+        seg_pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
+        content = query_rows(seg_pos, perm_mask & ~jnp.eye(length, dtype=bool), seg_ids, mem_len)
+        target_rows = jnp.take_along_axis(perm_mask, target_pos[:, :, None], axis=1)
+        query = query_rows(target_pos, target_rows, seg_ids, mem_len)
+
+        shared_biases = None if cfg.untie_r else RelativeBiases(cfg, name="rel_biases")()
+        layer_cls = nn.remat(XLNetLayer, prevent_cse=False) if cfg.remat else XLNetLayer
+        layers = nn.scan(
+            layer_cls,
+            variable_axes={"params": 0},
+            split_rngs={"params": True, "dropout": True},
+            in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+            length=cfg.n_layer,
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )(cfg, deterministic, name="layers")
+        mems = nn.with_logical_constraint(mems, ("layers", "batch", "mem_length", "embed"))
+        (_, g), new_mems = layers((h, g), mems, pos_emb, content, query, shared_biases)
+
+        g = dropout(g, deterministic=deterministic)
+        logits = word_embedding.attend(g.astype(jnp.float32)) + lm_bias
+        return logits, nn.with_logical_constraint(
+            new_mems, ("layers", "batch", "mem_length", "embed")
+        )

@@ -1,0 +1,38 @@
+"""Sinusoidal relative positional encodings (Transformer-XL), with XLNet's bi_data directions."""
+
+import jax
+import jax.numpy as jnp
+
+
+def relative_positional_encoding(
+    klen: int, qlen: int, d_model: int, clamp_len: int, is_backward: jax.Array | None
+) -> jax.Array:
+    """Encodes every relative distance a query of the segment can have to a key.
+
+    Index i encodes the distance klen - i, so the sequence runs klen, klen - 1, ...,
+    -qlen + 1 (klen + qlen entries): a query at segment position t and a key at index j of
+    [memory ; segment] are klen - qlen + t - j apart and use entry qlen - t + j.
+
+    Args:
+      klen: keys per row, memory plus segment (M + L).
+      qlen: segment length L.
+      d_model: encoding width (even): [sin, cos] of distance / 10000^(2k / d_model).
+      clamp_len: if > 0, distances are clipped to [-clamp_len, clamp_len].
+      is_backward: bool [B] or None. Backward rows (bi_data) use negated distances.
+
+    Returns:
+      float32 [1, klen + qlen, d_model] when is_backward is None, else [B, klen + qlen, d_model].
+    """
+    distance = jnp.arange(klen, -qlen, -1, dtype=jnp.float32)[None]
+    if is_backward is not None:
+        distance = jnp.where(is_backward[:, None], -distance, distance)
+    if clamp_len > 0:
+        distance = jnp.clip(distance, -clamp_len, clamp_len)
+    inv_freq = 1.0 / (10000.0 ** (jnp.arange(0, d_model, 2, dtype=jnp.float32) / d_model))
+    angles = distance[..., None] * inv_freq
+    return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+
+
+def default_backward_rows(batch_size: int) -> jax.Array:
+    """bi_data without explicit directions: the second half of the batch runs backward (as HF)."""
+    return jnp.arange(batch_size) >= batch_size // 2
