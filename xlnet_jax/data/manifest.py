@@ -1,0 +1,105 @@
+"""manifest.json: what a prepared corpus was made from and with, and its fingerprint.
+
+Training stores the fingerprint with its checkpoints and refuses to resume on a corpus
+whose fingerprint differs: another tokenizer, other input content, other normalisation,
+another split. File paths and timings are recorded but not fingerprinted, so a moved
+input with the same bytes is the same corpus.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+
+from xlnet_jax.data.errors import DataError
+
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+TOKENIZER_FILE = "spm.model"
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A prepared corpus's description (the JSON file, plus where it was loaded from).
+
+    Attributes:
+      path: the corpus directory (not stored in the file).
+      format_version: layout of the corpus directory; readers refuse another one.
+      vocab_size: pieces in the tokenizer; config.vocab_size must equal it.
+      special_ids: piece -> id of <unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>.
+      tokenizer: {"file", "sha256", "trained"}: the .model in the corpus directory.
+      normalization: the options of normalize.normalize that the text went through.
+      inputs: per input {"path", "bytes", "sha256", "documents", "sentences",
+        "invalid_utf8_lines"[, "first_invalid_utf8_offset"]}.
+      splits: per split {"documents", "sentences", "tokens"}; tokens count the stream,
+        i.e. including one <eod> per document.
+      validation_fraction: share of documents held out (whole documents).
+      seed: seed of the held-out choice.
+      dataset: {"name", "version"} of the tfds dataset in the directory.
+      stats: timings of the preparation (not fingerprinted).
+    """
+
+    path: str
+    format_version: int
+    vocab_size: int
+    special_ids: dict
+    tokenizer: dict
+    normalization: dict
+    inputs: list
+    splits: dict
+    validation_fraction: float
+    seed: int
+    dataset: dict
+    stats: dict
+
+    @property
+    def tokenizer_path(self) -> str:
+        return os.path.join(self.path, self.tokenizer["file"])
+
+
+def save_manifest(manifest: Manifest) -> None:
+    """Writes path/manifest.json atomically (it marks a complete corpus)."""
+    fields = dataclasses.asdict(manifest)
+    del fields["path"]
+    target = os.path.join(manifest.path, MANIFEST_FILE)
+    with open(target + ".tmp", "w") as f:
+        json.dump(fields, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(target + ".tmp", target)
+
+
+def load_manifest(corpus_dir: str) -> Manifest:
+    """The manifest of a prepared corpus, or a DataError saying how to prepare one."""
+    target = os.path.join(corpus_dir, MANIFEST_FILE)
+    try:
+        with open(target) as f:
+            fields = json.load(f)
+    except FileNotFoundError:
+        raise DataError(
+            f"{corpus_dir} is not a prepared corpus (no {MANIFEST_FILE}); run "
+            f"`xlnet-jax prepare --out {corpus_dir} [FILES]` first."
+        ) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"{target} is unreadable ({e}); prepare the corpus again.") from None
+    if fields.get("format_version") != FORMAT_VERSION:
+        raise DataError(
+            f"{corpus_dir} has corpus format {fields.get('format_version')}, this version reads "
+            f"{FORMAT_VERSION}; prepare the corpus again."
+        )
+    return Manifest(path=corpus_dir, **fields)
+
+
+def manifest_fingerprint(manifest: Manifest) -> str:
+    """A hex sha256 that changes with anything that changes the token streams."""
+    content = {
+        "format_version": manifest.format_version,
+        "vocab_size": manifest.vocab_size,
+        "special_ids": manifest.special_ids,
+        "tokenizer_sha256": manifest.tokenizer["sha256"],
+        "normalization": manifest.normalization,
+        "inputs": [(i["sha256"], i["bytes"]) for i in manifest.inputs],
+        "splits": manifest.splits,
+        "validation_fraction": manifest.validation_fraction,
+        "seed": manifest.seed,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,313 @@
+"""`xlnet-jax prepare`: raw text -> normalised text -> SentencePiece -> tokenized tfds corpus.
+
+Three passes over the data, each with a progress line on stderr:
+  1. read the inputs, normalise every sentence, write them to a temporary text file
+     (SentencePiece trains on it; nothing is held in memory);
+  2. train the tokenizer (or check a given one), then tokenize the documents in worker
+     processes, each document going whole to the train or the validation split;
+  3. write the tfds dataset (array_record) and manifest.json, the mark of a complete corpus.
+
+The output directory holds: manifest.json, spm.model (+ spm.vocab when trained), and
+xlnet_corpus/1.0.0/ (the tfds dataset). Preparing into a directory that already holds a
+corpus replaces it; a directory holding anything else is refused.
+
+Memory: one chunk of documents per worker; disk: the normalised text (about the size of
+the input) while preparing.
+"""
+
+import hashlib
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from xlnet_jax.data import sources, tfds_builder, tokenizer
+from xlnet_jax.data.errors import DataError
+from xlnet_jax.data.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    TOKENIZER_FILE,
+    Manifest,
+    load_manifest,
+    manifest_fingerprint,
+    save_manifest,
+)
+from xlnet_jax.data.normalize import normalization_options, normalize
+from xlnet_jax.data.progress import Progress
+
+__all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"]
+
+_OWNED = {MANIFEST_FILE, TOKENIZER_FILE, "spm.vocab", tfds_builder.NAME, "cache"}
+_TEMP_PREFIX = ".prepare-"
+_CHUNK_SENTENCES = 2000
+
+
+def prepare_corpus(
+    inputs: list[str],
+    out_dir: str,
+    *,
+    vocab_size: int = 32000,
+    spm_model: str | None = None,
+    uncased: bool = False,
+    tfds_name: str | None = None,
+    tfds_text_feature: str = "text",
+    tfds_split: str = "train",
+    tfds_data_dir: str | None = None,
+    validation_fraction: float = 0.02,
+    num_workers: int | None = None,
+    seed: int = 0,
+) -> Manifest:
+    """Prepares a corpus directory for StreamBatcher.
+
+    Args:
+      inputs: text files or globs (one sentence per line, a blank line ends a document).
+        With neither inputs nor tfds_name: the built-in corpus (stdlib docstrings).
+      out_dir: the corpus directory to create (or replace, if it holds a corpus).
+      vocab_size: pieces of the SentencePiece unigram model to train.
+      spm_model: a .model to use instead of training one; its special ids are checked.
+      uncased: lowercase the text (before training and tokenizing).
+      tfds_name: a tfds text dataset prepared locally (array_record), read without download.
+      tfds_text_feature: its feature holding the text; lines are sentences.
+      tfds_split: its split to read.
+      tfds_data_dir: its data dir (default: TFDS_DATA_DIR or ~/tensorflow_datasets).
+      validation_fraction: share of documents held out as the validation split, in [0, 1).
+      num_workers: tokenizer processes (default: the cores this process may use).
+      seed: seed of the held-out document choice.
+
+    Returns:
+      The manifest written to out_dir/manifest.json.
+    """
+    start = time.perf_counter()
+    if not 0 <= validation_fraction < 1:
+        raise DataError(f"validation_fraction must be in [0, 1), got {validation_fraction}.")
+    model_bytes = _read_model(spm_model) if spm_model else None
+    inputs_ = sources.resolve_inputs(
+        inputs, tfds_name, tfds_text_feature, tfds_split, tfds_data_dir
+    )
+    _claim(out_dir)
+    tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=out_dir)
+    try:
+        text_path = os.path.join(tmp, "normalized.txt")
+        num_docs = _normalize_inputs(inputs_, text_path, uncased)
+        model_path = os.path.join(out_dir, TOKENIZER_FILE)
+        if model_bytes is None:
+            print(f"Training SentencePiece (unigram, {vocab_size} pieces)...", file=sys.stderr)
+            tokenizer.train_tokenizer(text_path, os.path.join(out_dir, "spm"), vocab_size)
+        else:
+            with open(model_path, "wb") as f:
+                f.write(model_bytes)
+        sp = tokenizer.load_processor(model_path)
+        tokenize_start = time.perf_counter()
+        held_out = _held_out(num_docs, validation_fraction, seed)
+        splits = _tokenize(text_path, model_path, held_out, tmp, num_workers or _cores())
+        tokenize_seconds = time.perf_counter() - tokenize_start
+        tfds_builder.write_dataset(
+            out_dir, {name: buf.documents for name, buf in splits.items() if buf.num_docs}
+        )
+        manifest = Manifest(
+            path=out_dir,
+            format_version=FORMAT_VERSION,
+            vocab_size=sp.get_piece_size(),
+            special_ids=dict(tokenizer.SPECIAL_IDS),
+            tokenizer={
+                "file": TOKENIZER_FILE,
+                "sha256": _sha256(model_path),
+                "trained": model_bytes is None,
+            },
+            normalization=normalization_options(uncased),
+            inputs=[i.record for i in inputs_],
+            splits={name: buf.counts() for name, buf in splits.items() if buf.num_docs},
+            validation_fraction=validation_fraction,
+            seed=seed,
+            dataset={"name": tfds_builder.NAME, "version": tfds_builder.VERSION},
+            stats={},
+        )
+        total = sum(s["tokens"] for s in manifest.splits.values())
+        seconds = time.perf_counter() - start
+        manifest.stats.update(
+            seconds=round(seconds, 3),
+            tokens_per_second=round(total / seconds),
+            tokenize_tokens_per_second=round(total / tokenize_seconds),
+        )
+        save_manifest(manifest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    counts = ", ".join(f"{s['tokens']:,} {name}" for name, s in manifest.splits.items())
+    print(
+        f"Prepared {out_dir}: {total:,} tokens ({counts}) in {seconds:.1f} s, "
+        f"{total / seconds:,.0f} tokens/s (tokenizing {total / tokenize_seconds:,.0f} tokens/s).",
+        file=sys.stderr,
+    )
+    return manifest
+
+
+def _read_model(path: str) -> bytes:
+    """A given tokenizer, read and checked before anything in out_dir is touched."""
+    if not os.path.isfile(path):
+        raise DataError(f"SentencePiece model {path} does not exist; check spm_model.")
+    tokenizer.check_special_ids(tokenizer.load_processor(path), path)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _claim(out_dir: str) -> None:
+    """Empties out_dir of a previous corpus; refuses to touch anything that is not one."""
+    os.makedirs(out_dir, exist_ok=True)
+    entries = os.listdir(out_dir)
+    foreign = [e for e in entries if e not in _OWNED and not e.startswith(_TEMP_PREFIX)]
+    if foreign:
+        raise DataError(
+            f"{out_dir} is not empty and not a prepared corpus (it holds {sorted(foreign)[:3]}"
+            "...); pick a new or empty directory."
+        )
+    for entry in entries:
+        path = os.path.join(out_dir, entry)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def _normalize_inputs(inputs: list[sources.Input], text_path: str, uncased: bool) -> int:
+    """Pass 1: normalised sentences to text_path, documents separated by a blank line."""
+    progress = Progress("Reading and normalising", 0, "docs")
+    num_docs = 0
+    with open(text_path, "w", encoding="utf-8") as out:
+        for source in inputs:
+            docs = sentences = 0
+            for doc in source.documents():
+                lines = [s for s in (normalize(s, uncased=uncased) for s in doc) if s]
+                if lines:
+                    out.write("\n".join(lines) + "\n\n")
+                    docs += 1
+                    sentences += len(lines)
+                    progress.update(1)
+            if not docs:
+                raise DataError(f"Input {source.record['path']} holds no text; remove it.")
+            source.record.update(documents=docs, sentences=sentences)
+            num_docs += docs
+    progress.close()
+    return num_docs
+
+
+def _held_out(num_docs: int, fraction: float, seed: int) -> np.ndarray:
+    """bool [num_docs]: which documents form the validation split."""
+    held = np.zeros(num_docs, dtype=bool)
+    if fraction == 0:
+        return held
+    if num_docs < 2:
+        raise DataError(
+            "The corpus has a single document, which cannot be split into train and "
+            "validation; add documents (a blank line ends one) or pass validation_fraction=0."
+        )
+    count = min(num_docs - 1, max(1, round(fraction * num_docs)))
+    held[np.random.default_rng(seed).choice(num_docs, count, replace=False)] = True
+    return held
+
+
+class _SplitBuffer:
+    """One split's tokenized documents, appended to raw int32 files in the temp directory."""
+
+    def __init__(self, directory: str, name: str):
+        self._base = os.path.join(directory, name)
+        self._files = {k: open(f"{self._base}.{k}", "wb") for k in ("tokens", "lengths", "counts")}
+        self.num_docs = self.num_sentences = self.num_tokens = 0
+
+    def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        tokens.tofile(self._files["tokens"])
+        lengths.tofile(self._files["lengths"])
+        np.int32(len(lengths)).tofile(self._files["counts"])
+        self.num_docs += 1
+        self.num_sentences += len(lengths)
+        self.num_tokens += len(tokens)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+
+    def counts(self) -> dict:
+        """The manifest's split entry; tokens include one <eod> per document."""
+        tokens = self.num_tokens + self.num_docs
+        return {"documents": self.num_docs, "sentences": self.num_sentences, "tokens": tokens}
+
+    def documents(self) -> Iterator[tfds_builder.Document]:
+        progress = Progress(f"Writing {os.path.basename(self._base)}", self.num_docs, "docs")
+        tokens = np.fromfile(f"{self._base}.tokens", dtype=np.int32)
+        lengths = np.fromfile(f"{self._base}.lengths", dtype=np.int32)
+        counts = np.fromfile(f"{self._base}.counts", dtype=np.int32)
+        t = s = 0
+        for count in counts:
+            doc_lengths = lengths[s : s + count]
+            size = int(doc_lengths.sum())
+            yield tokens[t : t + size], doc_lengths
+            t, s = t + size, s + count
+            progress.update(1)
+        progress.close()
+
+
+def _read_chunks(text_path: str) -> Iterator[list[list[str]]]:
+    """Documents from the normalised text, grouped into chunks of ~2000 sentences."""
+    chunk, doc, size = [], [], 0
+    with open(text_path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line:
+                doc.append(line)
+                continue
+            chunk.append(doc)
+            size += len(doc)
+            doc = []
+            if size >= _CHUNK_SENTENCES:
+                yield chunk
+                chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _tokenize(
+    text_path: str, model_path: str, held_out: np.ndarray, tmp: str, workers: int
+) -> dict[str, _SplitBuffer]:
+    """Pass 2: encodes every document (in `workers` processes) into its split's buffer."""
+    splits = {"train": _SplitBuffer(tmp, "train"), "validation": _SplitBuffer(tmp, "validation")}
+    progress = Progress("Tokenizing", len(held_out), "docs")
+    chunks = _read_chunks(text_path)
+    pool = None
+    if workers > 1:
+        # spawn, not fork: the caller may have started threads (jax) that fork would copy.
+        pool = multiprocessing.get_context("spawn").Pool(
+            workers, initializer=tokenizer.init_worker, initargs=(model_path,)
+        )
+        encoded = pool.imap(tokenizer.encode_documents, chunks)
+    else:
+        tokenizer.init_worker(model_path)
+        encoded = map(tokenizer.encode_documents, chunks)
+    try:
+        index = 0
+        for chunk in encoded:
+            for tokens, lengths in chunk:
+                if len(tokens):
+                    splits["validation" if held_out[index] else "train"].append(tokens, lengths)
+                index += 1
+            progress.update(len(chunk))
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        for buf in splits.values():
+            buf.close()
+    progress.close()
+    return splits
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

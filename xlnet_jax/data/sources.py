@@ -1,0 +1,204 @@
+"""Corpus inputs: text files and globs, a local tfds text dataset, or the built-in corpus.
+
+Every input yields documents as lists of raw sentences (normalisation comes later) and
+fills `record`, its manifest entry: name, bytes, sha256 of the content read, and the
+invalid UTF-8 lines skipped.
+
+Text files: one sentence per line; a blank (or whitespace-only) line ends a document.
+Invalid UTF-8: a line that does not decode is skipped, counted, and the byte offset of the
+first one is logged and kept in the manifest. A file where more than 10% of the lines do
+not decode is refused as not UTF-8 (convert it with iconv first).
+"""
+
+import glob
+import hashlib
+import logging
+import os
+from collections.abc import Iterator
+
+from xlnet_jax.data import builtin_corpus
+from xlnet_jax.data.errors import DataError
+
+MAX_INVALID_FRACTION = 0.1
+
+
+class Input:
+    """One corpus input: its manifest record and a fresh pass over its documents."""
+
+    def __init__(self, name: str):
+        self.record = {"path": name, "bytes": 0, "sha256": "", "invalid_utf8_lines": 0}
+
+    def documents(self) -> Iterator[list[str]]:
+        raise NotImplementedError
+
+
+def resolve_inputs(
+    inputs: list[str],
+    tfds_name: str | None = None,
+    tfds_text_feature: str = "text",
+    tfds_split: str = "train",
+    tfds_data_dir: str | None = None,
+) -> list[Input]:
+    """Checks every input up front; no inputs at all means the built-in corpus."""
+    resolved: list[Input] = [TextFile(path) for path in expand_paths(inputs)]
+    if tfds_name:
+        resolved.append(TfdsText(tfds_name, tfds_text_feature, tfds_split, tfds_data_dir))
+    return resolved or [Builtin()]
+
+
+def expand_paths(inputs: list[str]) -> list[str]:
+    """Files named or matched by globs (sorted per glob, duplicates dropped), all non-empty."""
+    paths: list[str] = []
+    for item in inputs:
+        if glob.has_magic(item):
+            matches = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))
+            if not matches:
+                raise DataError(f"No file matches {item!r}; check the pattern and quote it.")
+        elif os.path.isdir(item):
+            raise DataError(f"{item} is a directory; pass its files or a glob like '{item}/*.txt'.")
+        elif not os.path.exists(item):
+            raise DataError(f"Input {item} does not exist; check the path.")
+        else:
+            matches = [item]
+        paths += [p for p in matches if p not in paths]
+    for path in paths:
+        if os.path.getsize(path) == 0:
+            raise DataError(f"Input {path} is empty; remove it from the inputs.")
+    return paths
+
+
+class TextFile(Input):
+    """A UTF-8 text file: one sentence per line, blank lines between documents."""
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self.path = path
+
+    def documents(self) -> Iterator[list[str]]:
+        sha, offset, lines, bad, first_bad = hashlib.sha256(), 0, 0, 0, None
+        doc: list[str] = []
+        with open(self.path, "rb") as f:
+            for raw in f:
+                sha.update(raw)
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError:
+                    bad += 1
+                    first_bad = offset if first_bad is None else first_bad
+                    line = None
+                offset += len(raw)
+                lines += 1
+                if line:
+                    doc.append(line)
+                elif line == "" and doc:
+                    yield doc
+                    doc = []
+        if doc:
+            yield doc
+        self.record.update(bytes=offset, sha256=sha.hexdigest(), invalid_utf8_lines=bad)
+        if bad:
+            self.record["first_invalid_utf8_offset"] = first_bad
+            if bad > MAX_INVALID_FRACTION * lines:
+                raise DataError(
+                    f"{self.path}: {bad} of {lines} lines are not valid UTF-8 (first at byte "
+                    f"{first_bad}); it does not look like UTF-8 text. Convert it, e.g. "
+                    f"`iconv -f latin1 -t utf-8`, or remove it from the inputs."
+                )
+            logging.warning(
+                "%s: skipped %d line(s) that are not valid UTF-8, the first at byte %d.",
+                self.path,
+                bad,
+                first_bad,
+            )
+
+
+class TfdsText(Input):
+    """A text feature of a tfds dataset already prepared (array_record) in a local data dir.
+
+    Each example is a document; its lines are the sentences. Nothing is downloaded.
+    """
+
+    def __init__(self, name: str, feature: str, split: str, data_dir: str | None):
+        super().__init__(f"tfds:{name}/{split}[{feature}]")
+        self.feature = feature
+        self.source = _open_tfds(name, feature, split, data_dir)
+
+    def documents(self) -> Iterator[list[str]]:
+        sha, size, bad = hashlib.sha256(), 0, 0
+        for start in range(0, len(self.source), 256):
+            keys = list(range(start, min(start + 256, len(self.source))))
+            for example in self.source.__getitems__(keys):
+                text = example[self.feature]
+                if isinstance(text, bytes):
+                    sha.update(text)
+                    size += len(text)
+                    try:
+                        text = text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        bad += 1
+                        continue
+                else:
+                    data = text.encode("utf-8")
+                    sha.update(data)
+                    size += len(data)
+                sentences = [s.strip() for s in text.splitlines() if s.strip()]
+                if sentences:
+                    yield sentences
+        self.record.update(bytes=size, sha256=sha.hexdigest(), invalid_utf8_lines=bad)
+        if bad:
+            logging.warning(
+                "%s: skipped %d example(s) that are not valid UTF-8.", self.record["path"], bad
+            )
+
+
+def _open_tfds(name: str, feature: str, split: str, data_dir: str | None):
+    """The dataset's random-access source, or a DataError that says how to get it locally."""
+    import tensorflow_datasets as tfds
+
+    where = data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+        prepared = builder.is_prepared()
+    except Exception as e:  # tfds raises many types for an unknown or unreadable dataset
+        raise DataError(
+            f"tfds dataset {name!r} is not available in {where} ({type(e).__name__}: "
+            f"{str(e).splitlines()[0]}). Prepare it there first (array_record format), set "
+            "TFDS_DATA_DIR, or pass text files instead."
+        ) from None
+    if not prepared:
+        raise DataError(
+            f"tfds dataset {name!r} is known but not prepared in {where}; nothing is downloaded "
+            "here. Run its download_and_prepare(file_format='array_record') on a machine with "
+            "network access and copy the data dir, or pass text files instead."
+        )
+    features = builder.info.features
+    if feature not in features:
+        raise DataError(
+            f"tfds dataset {name!r} has no feature {feature!r}; its features are "
+            f"{sorted(features.keys())}. Pass the text one as tfds_text_feature."
+        )
+    try:
+        return builder.as_data_source(split=split)
+    except Exception as e:  # wrong split, or a tfrecord-only dataset (needs tensorflow)
+        raise DataError(
+            f"tfds dataset {name!r} split {split!r} cannot be read without tensorflow "
+            f"({type(e).__name__}: {str(e).splitlines()[0]}). It must exist and be stored as "
+            "array_record; its splits are "
+            f"{sorted(builder.info.splits.keys())}."
+        ) from None
+
+
+class Builtin(Input):
+    """The standard library's docstrings (see builtin_corpus)."""
+
+    def __init__(self):
+        super().__init__(builtin_corpus.builtin_name())
+
+    def documents(self) -> Iterator[list[str]]:
+        sha, size = hashlib.sha256(), 0
+        for doc in builtin_corpus.builtin_documents():
+            data = ("\n".join(doc) + "\n\n").encode("utf-8")
+            sha.update(data)
+            size += len(data)
+            yield doc
+        self.record.update(bytes=size, sha256=sha.hexdigest())

@@ -1,0 +1,97 @@
+"""The prepared corpus as a tfds dataset in array_record format, written and read without
+tensorflow.
+
+One example per document: `tokens` (int32 ids, without the <eod> that the streams add) and
+`sentence_lengths` (int32, summing to len(tokens)): the sentence boundaries that A and B
+are cut at. Shuffling is disabled so documents keep their corpus order, which the
+contiguous streams need. The builder is defined in the package, so its DatasetInfo is
+explicit; reading needs only the directory (`tfds.builder_from_directory`).
+"""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from xlnet_jax.data.errors import DataError
+
+NAME = "xlnet_corpus"
+VERSION = "1.0.0"
+
+Document = tuple[np.ndarray, np.ndarray]  # (tokens, sentence_lengths), both int32
+
+
+class XlnetCorpus(tfds.core.GeneratorBasedBuilder):
+    """Tokenized documents of an XLNet pretraining corpus, one split per held-out set."""
+
+    VERSION = tfds.core.Version(VERSION)
+    # No code-relative files (checksums, metadata). tfds's lookup of this path for a builder
+    # in an installed package needs the importlib_resources backport, which we do not use.
+    code_path = None
+
+    def __init__(
+        self, *, splits: dict[str, Callable[[], Iterator[Document]]] | None = None, **kwargs
+    ):
+        """splits: split name -> a function giving that split's documents (when writing)."""
+        self._splits = splits or {}
+        super().__init__(**kwargs)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description="Tokenized documents for XLNet pretraining (written by xlnet-jax prepare).",
+            features=tfds.features.FeaturesDict(
+                {
+                    "tokens": tfds.features.Tensor(shape=(None,), dtype=np.int32),
+                    "sentence_lengths": tfds.features.Tensor(shape=(None,), dtype=np.int32),
+                }
+            ),
+            disable_shuffling=True,
+        )
+
+    def _split_generators(self, dl_manager):
+        del dl_manager  # nothing is downloaded
+        return {name: self._generate_examples(docs) for name, docs in self._splits.items()}
+
+    def _generate_examples(self, docs: Callable[[], Iterator[Document]]):
+        for i, (tokens, lengths) in enumerate(docs()):
+            yield i, {"tokens": tokens, "sentence_lengths": lengths}
+
+
+def write_dataset(out_dir: str, splits: dict[str, Callable[[], Iterator[Document]]]) -> str:
+    """Writes the splits under out_dir/xlnet_corpus/1.0.0; returns that directory."""
+    tfds.disable_progress_bar()  # prepare draws its own
+    builder = XlnetCorpus(splits=splits, data_dir=out_dir, file_format="array_record")
+    # tfds prints "Downloading and preparing..." to stdout; nothing is downloaded.
+    with tempfile.TemporaryDirectory(dir=out_dir) as downloads, contextlib.redirect_stdout(None):
+        builder.download_and_prepare(download_dir=downloads)
+    return builder.data_dir
+
+
+def dataset_dir(corpus_dir: str) -> str:
+    """Where write_dataset put the dataset of a prepared corpus."""
+    return os.path.join(corpus_dir, NAME, VERSION)
+
+
+def read_documents(corpus_dir: str, split: str, batch: int = 512) -> Iterator[Document]:
+    """A split's documents in corpus order, through tfds's random-access data source."""
+    try:
+        builder = tfds.builder_from_directory(dataset_dir(corpus_dir))
+    except Exception as e:  # tfds raises several types for a missing or broken directory
+        raise DataError(
+            f"{corpus_dir} holds no readable corpus dataset ({type(e).__name__}); run "
+            "`xlnet-jax prepare` into it again."
+        ) from None
+    if split not in builder.info.splits:
+        raise DataError(
+            f"Corpus {corpus_dir} has no {split!r} split (it has "
+            f"{sorted(builder.info.splits.keys())}). Prepare it with a validation_fraction > 0 "
+            "to get a validation split."
+        )
+    source = builder.as_data_source(split=split)
+    for start in range(0, len(source), batch):
+        for example in source.__getitems__(list(range(start, min(start + batch, len(source))))):
+            yield example["tokens"], example["sentence_lengths"]

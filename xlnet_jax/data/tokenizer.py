@@ -1,0 +1,150 @@
+"""SentencePiece: the special pieces at fixed ids, training, checking and encoding.
+
+The ids are those of the released XLNet vocabulary, so released checkpoints and
+HuggingFace's XLNetTokenizer agree with ours:
+
+  <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6 <eod>=7 <eop>=8
+
+<cls> <sep> <pad> <mask> <eod> are control symbols (never produced from text); <eop> is a
+user-defined symbol (matched in text), as in the original `spm_train` command.
+
+The encode functions at the bottom run in worker processes: this module imports nothing
+heavier than numpy and sentencepiece, so spawned workers start fast.
+"""
+
+import re
+
+import numpy as np
+import sentencepiece as spm
+
+from xlnet_jax.data.errors import DataError
+
+SPECIAL_PIECES = ("<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>")
+SPECIAL_IDS = {piece: i for i, piece in enumerate(SPECIAL_PIECES)}
+SEP_ID = SPECIAL_IDS["<sep>"]
+CLS_ID = SPECIAL_IDS["<cls>"]
+PAD_ID = SPECIAL_IDS["<pad>"]
+EOD_ID = SPECIAL_IDS["<eod>"]
+
+# Fixed, not the machine's core count: SentencePiece's result depends on its thread count.
+TRAIN_THREADS = 16
+# Sentences SentencePiece samples for training (deterministically) from a larger corpus.
+TRAIN_SENTENCES = 10_000_000
+# Single-character pieces the original counts as word starts (`_is_start_piece`).
+_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
+_WORD_MARK = "\u2581"
+
+
+def train_tokenizer(text_file: str, model_prefix: str, vocab_size: int) -> str:
+    """Trains a unigram model on normalised text (one sentence per line); returns its path."""
+    try:
+        spm.SentencePieceTrainer.train(
+            input=text_file,
+            model_prefix=model_prefix,
+            vocab_size=vocab_size,
+            model_type="unigram",
+            character_coverage=0.99995,
+            input_sentence_size=TRAIN_SENTENCES,
+            shuffle_input_sentence=True,
+            unk_id=0,
+            bos_id=1,
+            eos_id=2,
+            pad_id=-1,
+            control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
+            user_defined_symbols=["<eop>"],
+            num_threads=TRAIN_THREADS,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise _vocab_error(str(e), vocab_size) from None
+    path = model_prefix + ".model"
+    check_special_ids(load_processor(path), path)
+    return path
+
+
+def _vocab_error(message: str, vocab_size: int) -> DataError:
+    """SentencePiece's training error as a DataError that says which vocab_size would work."""
+    if m := re.search(
+        r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message
+    ):
+        limit = int(m.group(2))
+        nice = max(100 * (limit // 100), limit // 2) if limit >= 200 else limit
+        return DataError(
+            f"vocab_size {vocab_size} is too large for this corpus: SentencePiece can build at "
+            f"most {limit} pieces from it. Pass a vocab_size <= {limit} (e.g. {nice}) or add text."
+        )
+    if m := re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message):
+        return DataError(
+            f"vocab_size {vocab_size} is smaller than the {m.group(2)} characters and special "
+            f"pieces this corpus needs; pass a vocab_size of at least {m.group(2)}."
+        )
+    return DataError(f"SentencePiece training failed: {message.splitlines()[-1]}")
+
+
+def load_processor(path: str) -> spm.SentencePieceProcessor:
+    """Loads a .model file, as a DataError if it is not one."""
+    try:
+        return spm.SentencePieceProcessor(model_file=path)
+    except (OSError, RuntimeError) as e:
+        raise DataError(f"{path} is not a readable SentencePiece model ({e}).") from None
+
+
+def check_special_ids(sp: spm.SentencePieceProcessor, path: str) -> None:
+    """Refuses a model whose special pieces are not at the ids XLNet expects."""
+    wrong = [
+        f"{piece} is {sp.piece_to_id(piece) if sp.piece_to_id(piece) != sp.unk_id() else 'absent'}"
+        f" (expected {i})"
+        for piece, i in SPECIAL_IDS.items()
+        if i >= sp.get_piece_size() or sp.id_to_piece(i) != piece
+    ]
+    if wrong:
+        raise DataError(
+            f"{path}: special pieces are not at XLNet's ids: {'; '.join(wrong)}. Train a model "
+            "with `xlnet-jax prepare` (no --spm_model), or retrain yours with "
+            "unk_id=0 bos_id=1 eos_id=2 pad_id=-1 control_symbols=<cls>,<sep>,<pad>,<mask>,<eod> "
+            "user_defined_symbols=<eop>."
+        )
+
+
+def piece_tables(sp: spm.SentencePieceProcessor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-id lookup tables (is_word_start, is_functional), bool [vocab_size].
+
+    A word start is a piece that begins with the word marker '▁', begins with '<' (the
+    special pieces) or is a single punctuation character: where a span of the PLM objective
+    may begin. Functional ids are <sep>, <cls> and <pad>.
+    """
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    word_start = np.array(
+        [p.startswith((_WORD_MARK, "<")) or p in _PUNCTUATION for p in pieces], dtype=bool
+    )
+    functional = np.zeros(len(pieces), dtype=bool)
+    functional[[SEP_ID, CLS_ID, PAD_ID]] = True
+    return word_start, functional
+
+
+_worker_sp: spm.SentencePieceProcessor | None = None
+
+
+def init_worker(model_path: str) -> None:
+    """Loads the model once per worker process."""
+    global _worker_sp
+    _worker_sp = spm.SentencePieceProcessor(model_file=model_path)
+
+
+def encode_documents(docs: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Normalised documents -> (token ids, sentence lengths) per document, int32.
+
+    Sentences that encode to nothing are dropped; a document left empty gives empty arrays.
+    """
+    flat = [s for doc in docs for s in doc]
+    encoded = _worker_sp.encode(flat)
+    out, i = [], 0
+    for doc in docs:
+        pieces = [ids for ids in encoded[i : i + len(doc)] if ids]
+        i += len(doc)
+        lengths = np.array([len(ids) for ids in pieces], dtype=np.int32)
+        tokens = np.fromiter(
+            (t for ids in pieces for t in ids), dtype=np.int32, count=lengths.sum()
+        )
+        out.append((tokens, lengths))
+    return out
