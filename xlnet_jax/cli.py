@@ -50,24 +50,31 @@ def _define_config(fv: flags.FlagValues) -> None:
 def _define_train(fv: flags.FlagValues) -> None:
     _define_config(fv)
     flags.DEFINE_string(
-        "workdir", None, "Run directory: checkpoints, metrics.jsonl, TensorBoard logs.",
+        "workdir",
+        None,
+        "Run directory: checkpoints, metrics.jsonl, TensorBoard logs.",
         flag_values=fv,
     )
     flags.DEFINE_bool(
-        "distributed", False,
+        "distributed",
+        False,
         "Call jax.distributed.initialize() with auto-detection (TPU VM pod slices).",
         flag_values=fv,
     )
     flags.DEFINE_string(
-        "coordinator_address", None,
+        "coordinator_address",
+        None,
         "HOST:PORT of process 0, for an explicit multi-process run (e.g. on localhost).",
         flag_values=fv,
     )
-    flags.DEFINE_integer("num_processes", None, "Processes in an explicit multi-process run.",
-                         flag_values=fv)
+    flags.DEFINE_integer(
+        "num_processes", None, "Processes in an explicit multi-process run.", flag_values=fv
+    )
     flags.DEFINE_integer("process_id", None, "This process's index in that run.", flag_values=fv)
     flags.DEFINE_integer(
-        "num_cpu_devices", None, "Simulated CPU devices per process (tests, pod rehearsal).",
+        "num_cpu_devices",
+        None,
+        "Simulated CPU devices per process (tests, pod rehearsal).",
         flag_values=fv,
     )
 
@@ -120,25 +127,29 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax import evaluate
 
     result = evaluate.evaluate_workdir(config, workdir)
-    print(f"step {result['step']}: eval loss {result['loss']:.4f}, "
-          f"accuracy {result['accuracy']:.4f}")
+    print(
+        f"step {result['step']}: eval loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f}"
+    )
     return 0
 
 
 def _define_prepare(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("out", None, "Output corpus directory.", flag_values=fv)
     flags.DEFINE_integer("vocab_size", 32000, "SentencePiece vocabulary size.", flag_values=fv)
-    flags.DEFINE_string("spm_model", None, "Use this SentencePiece .model instead of training.",
-                        flag_values=fv)
+    flags.DEFINE_string(
+        "spm_model", None, "Use this SentencePiece .model instead of training.", flag_values=fv
+    )
     flags.DEFINE_bool("uncased", False, "Lowercase the text before tokenizing.", flag_values=fv)
-    flags.DEFINE_string("tfds_name", None, "A locally available tfds text dataset to read.",
-                        flag_values=fv)
-    flags.DEFINE_string("tfds_text_feature", "text", "The text feature of --tfds_name.",
-                        flag_values=fv)
-    flags.DEFINE_float("validation_fraction", 0.02, "Share of documents held out.",
-                       flag_values=fv)
-    flags.DEFINE_integer("num_workers", None, "Tokenizer processes (default: all cores).",
-                         flag_values=fv)
+    flags.DEFINE_string(
+        "tfds_name", None, "A locally available tfds text dataset to read.", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "tfds_text_feature", "text", "The text feature of --tfds_name.", flag_values=fv
+    )
+    flags.DEFINE_float("validation_fraction", 0.02, "Share of documents held out.", flag_values=fv)
+    flags.DEFINE_integer(
+        "num_workers", None, "Tokenizer processes (default: all cores).", flag_values=fv
+    )
     flags.DEFINE_integer("seed", 0, "Seed of the train/validation split.", flag_values=fv)
 
 
@@ -186,8 +197,9 @@ def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
 
 def _define_compile(fv: flags.FlagValues) -> None:
     _define_config(fv)
-    flags.DEFINE_string("topology", None, 'TPU topology as libtpu names it, e.g. "v3:16x16".',
-                        flag_values=fv)
+    flags.DEFINE_string(
+        "topology", None, 'TPU topology as libtpu names it, e.g. "v3:16x16".', flag_values=fv
+    )
     flags.DEFINE_string("save", None, "Write the serialized executable here.", flag_values=fv)
 
 
@@ -201,17 +213,31 @@ def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
 COMMANDS = {
     "prepare": Command(
         "Train SentencePiece and write a tokenized tfds corpus (no FILES: built-in corpus).",
-        _define_prepare, _prepare_main, "[FILES_OR_GLOBS ...]",
+        _define_prepare,
+        _prepare_main,
+        "[FILES_OR_GLOBS ...]",
     ),
     "train": Command("Pretrain (resumes automatically from WORKDIR).", _define_train, _train_main),
-    "eval": Command("Evaluate WORKDIR's newest checkpoint on the validation split.",
-                    _define_train, _eval_main),
-    "compile": Command("AOT-compile the train step for a TPU topology and report memory.",
-                       _define_compile, _compile_main),
-    "import-hf": Command("HuggingFace XLNetLMHeadModel directory -> xlnet-jax params directory.",
-                         _define_out, _import_hf_main, "SRC"),
-    "export-hf": Command("xlnet-jax params directory or train WORKDIR -> HuggingFace directory.",
-                         _define_out, _export_hf_main, "SRC"),
+    "eval": Command(
+        "Evaluate WORKDIR's newest checkpoint on the validation split.", _define_train, _eval_main
+    ),
+    "compile": Command(
+        "AOT-compile the train step for a TPU topology and report memory.",
+        _define_compile,
+        _compile_main,
+    ),
+    "import-hf": Command(
+        "HuggingFace XLNetLMHeadModel directory -> xlnet-jax params directory.",
+        _define_out,
+        _import_hf_main,
+        "SRC",
+    ),
+    "export-hf": Command(
+        "xlnet-jax params directory or train WORKDIR -> HuggingFace directory.",
+        _define_out,
+        _export_hf_main,
+        "SRC",
+    ),
 }
 
 
@@ -228,8 +254,15 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from xlnet_jax.train import NonFiniteError
     from xlnet_jax.validate import ConfigError
 
-    return (CheckpointError, ConfigError, DataError, MeshError, NonFiniteError, WorkdirError,
-            FileNotFoundError)
+    return (
+        CheckpointError,
+        ConfigError,
+        DataError,
+        MeshError,
+        NonFiniteError,
+        WorkdirError,
+        FileNotFoundError,
+    )
 
 
 def _print_usage() -> None:

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from xlnet_jax import optim, sharding, steps, train
+from xlnet_jax import layout, optim, sharding, steps, train
 from xlnet_jax.checkpoint import Checkpointer, CheckpointError
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.metrics_writer import MetricsWriter
@@ -21,7 +21,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
     manifest, fingerprint = load_corpus_manifest(config)
     mesh = sharding.make_mesh(config)
     model = XLNetLM(ModelConfig.from_config(config))
-    _, abstract_state, state_shardings = train.build_state(
+    _, abstract_state, state_shardings = layout.build_state(
         config, model, optim.make_optimizer(config), mesh
     )
     checkpointer = Checkpointer(workdir, config)
@@ -29,7 +29,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
     checkpointer.close()
     if state is None:
         raise CheckpointError(f"{workdir} has no checkpoint to evaluate; train first.")
-    shardings = train.batch_shardings(mesh, config.logical_axis_rules)
+    shardings = layout.batch_shardings(mesh, config.logical_axis_rules)
     eval_fn = jax.jit(
         functools.partial(steps.eval_step, model=model, config=config),
         out_shardings=(state_shardings.mems, sharding.replicated(mesh)),
@@ -40,12 +40,13 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
         config,
         train.make_batcher(config, manifest.path, "validation", mesh),
         eval_fn,
-        functools.partial(train.to_global, shardings=shardings),
+        functools.partial(layout.to_global, shardings=shardings),
         zero_mems,
     )
     result["step"] = int(jax.device_get(state.step))
     writer = MetricsWriter(workdir, enabled=jax.process_index() == 0, subdir="eval")
-    writer.write(result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]},
-                 kind="eval")
+    writer.write(
+        result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]}, kind="eval"
+    )
     writer.close()
     return result

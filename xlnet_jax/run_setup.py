@@ -46,7 +46,9 @@ def prepare_workdir(workdir: str) -> WorkdirLock:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as e:
-        raise WorkdirError(f"Workdir {root} is not writable ({e.strerror}); pick another.") from None
+        raise WorkdirError(
+            f"Workdir {root} is not writable ({e.strerror}); pick another."
+        ) from None
     free = shutil.disk_usage(root).free
     if free < MIN_FREE_BYTES:
         raise WorkdirError(

@@ -28,18 +28,21 @@ def plm_loss_terms(logits: jax.Array, target_ids: jax.Array, weights: jax.Array)
     return jnp.sum(nll * weights), jnp.sum(weights), jnp.sum(correct * weights)
 
 
-def _forward(model, params, batch, mems, key, plm_cfg, *, deterministic: bool):
-    """Samples the PLM targets for `batch` and runs the model; returns (terms, new_mems)."""
-    plm_key, dropout_key = jax.random.split(key)
-    sample = plm.sample_plm(
-        plm_key,
+def _sample(batch: dict, key: jax.Array, plm_cfg: plm.PLMConfig) -> plm.PLMSample:
+    """Targets and factorization orders for every row of the batch."""
+    return plm.sample_plm(
+        key,
         batch["input_ids"],
         batch["is_word_start"],
         batch["is_functional"],
         batch["is_backward"],
         plm_cfg,
     )
-    mask = plm.perm_mask(sample, batch["is_functional"], plm_cfg.reuse_len)
+
+
+def _forward(model, params, batch, sample, mems, dropout_key, reuse_len, *, deterministic):
+    """Runs the two-stream model on `batch` with its PLM sample; returns (terms, new_mems)."""
+    mask = plm.perm_mask(sample, batch["is_functional"], reuse_len)
     logits, new_mems = model.apply(
         {"params": params},
         batch["input_ids"],
@@ -81,24 +84,36 @@ def train_step(
 ) -> tuple[TrainState, dict]:
     """One optimiser step over the global batch, accumulating grad_accum_steps micro-batches.
 
+    The PLM sample is drawn once for the whole batch and split with it, so accumulation
+    changes only the summation order (and the dropout draws), not what is predicted.
+
     A non-finite loss or gradient norm skips the update (params and optimiser state stay as
     they were, the memory resets to zeros) and is reported in the `nonfinite` metric, so the
     host checks it at log time instead of syncing every step.
     """
-    plm_cfg = plm.PLMConfig.from_config(config)
-    key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    plm_key, dropout_key = jax.random.split(
+        jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    )
+    sample = _sample(batch, plm_key, plm.PLMConfig.from_config(config))
     n_micro = config.grad_accum_steps
-    micro_batches = _split_micro(batch, n_micro)
+    micro_batches = _split_micro((batch, sample), n_micro)
     micro_mems = _split_micro(jnp.swapaxes(state.mems, 0, 1), n_micro)  # [n, b, layers, ...]
 
     def micro_step(grads_and_terms, inputs):
-        index, micro_batch, mems = inputs
+        index, (micro_batch, micro_sample), mems = inputs
         mems = jnp.swapaxes(mems, 0, 1)
-        micro_key = jax.random.fold_in(key, index)
+        micro_key = jax.random.fold_in(dropout_key, index)
 
         def summed_nll(params):
             terms, new_mems = _forward(
-                model, params, micro_batch, mems, micro_key, plm_cfg, deterministic=False
+                model,
+                params,
+                micro_batch,
+                micro_sample,
+                mems,
+                micro_key,
+                config.reuse_len,
+                deterministic=False,
             )
             return terms[0], (terms, new_mems)
 
@@ -119,7 +134,7 @@ def train_step(
     count = jnp.maximum(count, 1.0)
     grads = jax.tree.map(lambda g: g / count, grads)
     loss = nll / count
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
 
     updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
     new_params = optax.apply_updates(state.params, updates)
@@ -147,6 +162,8 @@ def train_step(
 
 def eval_step(params, mems, batch, key, *, model: XLNetLM, config: ml_collections.ConfigDict):
     """Deterministic forward on a validation batch: (new_mems, summed nll, count, correct)."""
-    plm_cfg = plm.PLMConfig.from_config(config)
-    terms, new_mems = _forward(model, params, batch, mems, key, plm_cfg, deterministic=True)
+    sample = _sample(batch, key, plm.PLMConfig.from_config(config))
+    terms, new_mems = _forward(
+        model, params, batch, sample, mems, None, config.reuse_len, deterministic=True
+    )
     return new_mems, terms

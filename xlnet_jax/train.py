@@ -11,7 +11,6 @@ import logging
 import signal
 import time
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -21,6 +20,7 @@ from xlnet_jax import flops, optim, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer, make_meta
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
+from xlnet_jax.layout import abstract_batch, batch_shardings, build_state, to_global
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.model import XLNetLM
 from xlnet_jax.progress import ProgressLine
@@ -46,73 +46,6 @@ class _SigtermFlag:
 
     def restore(self) -> None:
         signal.signal(signal.SIGTERM, self._previous)
-
-
-def _dummy_inputs(config: ml_collections.ConfigDict, batch: int):
-    """Zero inputs of the model's shapes, for init and shape inference."""
-    length, targets = config.seq_len, config.num_predict
-    return (
-        jnp.zeros((batch, length), jnp.int32),
-        jnp.zeros((batch, length), jnp.int32),
-        jnp.zeros((batch, length, length), jnp.bool_),
-        jnp.zeros((batch, targets), jnp.int32),
-        jnp.zeros((config.n_layer, batch, config.mem_len, config.d_model), jnp.float32),
-        jnp.zeros((batch,), jnp.bool_),
-    )
-
-
-def build_state(config: ml_collections.ConfigDict, model: XLNetLM, tx, mesh):
-    """Returns (init_fn, abstract_state, state_shardings); init_fn makes the state in place.
-
-    The state is never materialised whole on one device: shapes and logical axes come from
-    eval_shape, and init runs under jit with the mesh shardings as out_shardings.
-    """
-    rules = config.logical_axis_rules
-
-    def boxed_state():
-        params_key, state_key = jax.random.split(jax.random.PRNGKey(config.seed))
-        params = model.init(params_key, *_dummy_inputs(config, 1), deterministic=True)["params"]
-        return TrainState(
-            step=jnp.zeros((), jnp.int32),
-            params=params,
-            opt_state=tx.init(params),
-            mems=jnp.zeros(
-                (config.n_layer, config.batch_size, config.mem_len, config.d_model), jnp.float32
-            ),
-            rng=jax.random.key_data(state_key),
-            skipped_steps=jnp.zeros((), jnp.int32),
-        )
-
-    specs = nn.get_partition_spec(jax.eval_shape(boxed_state))
-    specs = specs.replace(mems=jax.sharding.PartitionSpec("layers", "batch", "mem_length", "embed"))
-    shardings = sharding.logical_shardings(specs, mesh, rules)
-    init = jax.jit(lambda: nn.meta.unbox(boxed_state()), out_shardings=shardings)
-    abstract = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-        jax.eval_shape(init),
-        shardings,
-    )
-    return init, abstract, shardings
-
-
-def batch_shardings(mesh, rules) -> dict:
-    """Shardings of the host batch: rows over the data shards."""
-    rows_by_length = sharding.logical_sharding(mesh, rules, "batch", "length")
-    return {
-        "input_ids": rows_by_length,
-        "seg_ids": rows_by_length,
-        "is_word_start": rows_by_length,
-        "is_functional": rows_by_length,
-        "is_backward": sharding.logical_sharding(mesh, rules, "batch"),
-    }
-
-
-def to_global(local_batch: dict, shardings: dict) -> dict:
-    """This process's rows -> global arrays laid out over the mesh."""
-    return {
-        name: jax.make_array_from_process_local_data(shardings[name], value)
-        for name, value in local_batch.items()
-    }
 
 
 def make_batcher(config, corpus_dir: str, split: str, mesh) -> StreamBatcher:
@@ -191,21 +124,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
         out_shardings=(state_shardings, sharding.replicated(mesh)),
         donate_argnums=0,
     )
-    abstract_batch = {
-        name: jax.ShapeDtypeStruct(
-            (config.batch_size, *value.shape[1:]), value.dtype, sharding=shardings[name]
-        )
-        for name, value in train_batcher.batch(0).items()
-    }
     compile_start = time.time()
-    step_fn = step_fn.lower(abstract_state, abstract_batch).compile()
+    step_fn = step_fn.lower(abstract_state, abstract_batch(config, shardings)).compile()
     logging.info("Compiled the train step in %.1f s", time.time() - compile_start)
 
     eval_fn = jax.jit(
         functools.partial(steps.eval_step, model=model, config=config),
         out_shardings=(state_shardings.mems, sharding.replicated(mesh)),
     )
-    eval_batcher = make_batcher(config, manifest.path, "validation", mesh) if config.eval_every else None
+    eval_batcher = (
+        make_batcher(config, manifest.path, "validation", mesh) if config.eval_every else None
+    )
     zero_mems = jax.jit(jnp.zeros_like, out_shardings=state_shardings.mems)(abstract_state.mems)
 
     writer = MetricsWriter(workdir, enabled=primary)
@@ -246,8 +175,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
             if eval_batcher is not None and done % config.eval_every == 0:
                 result = evaluate(state.params, config, eval_batcher, eval_fn, put, zero_mems)
                 writer.write(done, result, kind="eval")
-                progress.note(f"eval at step {done}: loss {result['loss']:.4f}, "
-                              f"accuracy {result['accuracy']:.4f}")
+                progress.note(
+                    f"eval at step {done}: loss {result['loss']:.4f}, "
+                    f"accuracy {result['accuracy']:.4f}"
+                )
                 interval_start = time.time()
             meta = make_meta(config, fingerprint, done)
             if sigterm.raised:

@@ -1,0 +1,63 @@
+"""Sharding is invisible: a (data 2, fsdp 2, tensor 2) mesh trains like one device."""
+
+import functools
+
+import jax
+import numpy as np
+
+from tests.helpers import small_config, synthetic_batch
+from xlnet_jax import layout, optim, sharding, steps
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.model import XLNetLM
+
+
+def _train(config, devices, num_steps=3):
+    mesh = sharding.make_mesh(config, devices)
+    model = XLNetLM(ModelConfig.from_config(config))
+    tx = optim.make_optimizer(config)
+    init, _, state_shardings = layout.build_state(config, model, tx, mesh)
+    batch_shardings = layout.batch_shardings(mesh, config.logical_axis_rules)
+    step = jax.jit(
+        functools.partial(
+            steps.train_step,
+            model=model,
+            tx=tx,
+            schedule=optim.learning_rate_schedule(config),
+            config=config,
+        ),
+        in_shardings=(state_shardings, batch_shardings),
+        out_shardings=(state_shardings, sharding.replicated(mesh)),
+        donate_argnums=0,
+    )
+    state, losses = init(), []
+    for t in range(num_steps):
+        state, metrics = step(state, layout.to_global(synthetic_batch(config, t), batch_shardings))
+        losses.append(float(metrics["loss"]))
+    return losses, jax.device_get(state.params), jax.device_get(state.mems), state
+
+
+def test_eight_devices_match_one_device():
+    config = small_config(bi_data=True)
+    one = small_config(bi_data=True, mesh_data=1)
+    losses_1, params_1, mems_1, _ = _train(one, jax.devices()[:1])
+    config.mesh_data, config.mesh_fsdp, config.mesh_tensor = 2, 2, 2
+    losses_8, params_8, mems_8, state_8 = _train(config, jax.devices()[:8])
+
+    np.testing.assert_allclose(losses_8, losses_1, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params_8, params_1)
+    np.testing.assert_allclose(mems_8, mems_1, atol=1e-5)
+    # The state really is spread: a kernel over fsdp x tensor, the memory over the batch.
+    kernel = state_8.params["layers"]["attention"]["q"]
+    assert len(kernel.sharding.device_set) == 8
+    assert kernel.addressable_shards[0].data.shape[1:3] == (32 // 2, 4 // 2)
+    assert state_8.mems.addressable_shards[0].data.shape[1] == config.batch_size // 4
+
+
+def test_grad_accumulation_matches_one_big_batch_without_dropout():
+    base = dict(dropout=0.0, dropatt=0.0, mesh_data=1)
+    losses_1, params_1, mems_1, _ = _train(small_config(**base), jax.devices()[:1])
+    accum = small_config(grad_accum_steps=4, **base)
+    losses_4, params_4, mems_4, _ = _train(accum, jax.devices()[:1])
+    np.testing.assert_allclose(losses_4, losses_1, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params_4, params_1)
+    np.testing.assert_allclose(mems_4, mems_1, atol=1e-5)

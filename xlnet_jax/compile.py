@@ -1,0 +1,202 @@
+"""`xlnet-jax compile`: AOT-compile the real train step for a TPU topology, from a CPU.
+
+libtpu describes the topology (`jax.experimental.topologies`), the train step is lowered
+with the config's mesh and shardings over those devices, and XLA's per-device memory and
+FLOP analyses are set against the chip's HBM and peak bf16 rate. Needs `pip install .[tpu]`.
+"""
+
+import dataclasses
+import functools
+import math
+import re
+
+import jax
+import ml_collections
+
+from xlnet_jax import flops, layout, optim, sharding, steps
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.model import XLNetLM
+from xlnet_jax.validate import ConfigError, validate_config
+
+GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """Per-chip HBM and dense bf16 peak, from the public TPU system-architecture pages."""
+
+    hbm_bytes: int
+    peak_tflops: float
+
+
+CHIPS = {
+    "TPU v2": Chip(16 * GIB, 45.0),
+    "TPU v3": Chip(32 * GIB, 123.0),
+    "TPU v4": Chip(32 * GIB, 275.0),
+    "TPU v5 lite": Chip(16 * GIB, 197.0),
+    "TPU v5": Chip(95 * GIB, 459.0),
+    "TPU v6 lite": Chip(32 * GIB, 918.0),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileReport:
+    """What one AOT compile tells about a config on a topology (per device unless named)."""
+
+    topology: str
+    num_devices: int
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    peak_bytes: int
+    hbm_bytes: int
+    xla_flops: float
+    model_flops: float
+    step_time_at_peak: float
+    fits: bool
+    error: str = ""
+
+
+def _chips_in(topology: str, num_slices: int) -> int:
+    dims = re.fullmatch(r"[a-z0-9]+:(\d+(?:x\d+)*)", topology)
+    if not dims:
+        raise ConfigError(
+            f'--topology: expected a libtpu name such as "v3:16x16" or "v4:4x4x4" '
+            f"(got {topology!r})."
+        )
+    return math.prod(int(d) for d in dims.group(1).split("x")) * num_slices
+
+
+def topology_devices(topology: str, num_slices: int = 1):
+    """The TPU devices libtpu describes for `topology`, with no TPU attached."""
+    from jax.experimental import topologies
+
+    try:
+        desc = topologies.get_topology_desc(
+            platform="tpu", topology_name=topology, num_slices=num_slices
+        )
+    except Exception as e:  # noqa: BLE001 - libtpu's error types are not public
+        raise ConfigError(f"--topology {topology!r}: libtpu cannot describe it ({e}).") from None
+    return desc.devices
+
+
+def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tuple:
+    """Lowers and compiles the train step for `topology`; returns (report, compiled or None)."""
+    devices = topology_devices(topology, config.num_slices)
+    validate_config(config, len(devices))
+    chip = CHIPS.get(devices[0].device_kind)
+    if chip is None:
+        raise ConfigError(f"--topology: unknown chip {devices[0].device_kind!r}.")
+    per_chip = len(devices) / _chips_in(topology, config.num_slices)
+    hbm = int(chip.hbm_bytes / per_chip)
+    peak = chip.peak_tflops / per_chip * 1e12
+
+    mesh = sharding.make_mesh(config, devices)
+    model = XLNetLM(ModelConfig.from_config(config))
+    tx = optim.make_optimizer(config)
+    schedule = optim.learning_rate_schedule(config)
+    _, abstract_state, state_shardings = layout.build_state(config, model, tx, mesh)
+    batch_shardings = layout.batch_shardings(mesh, config.logical_axis_rules)
+    abstract_batch = layout.abstract_batch(config, batch_shardings)
+    step = jax.jit(
+        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=config),
+        in_shardings=(state_shardings, batch_shardings),
+        out_shardings=(state_shardings, sharding.replicated(mesh)),
+        donate_argnums=0,
+    )
+    model_flops = flops.train_flops_per_step(config) / len(devices)
+    lowered = step.lower(abstract_state, abstract_batch)
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # noqa: BLE001 - XLA reports out-of-memory as a runtime error
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        needed = re.search(r"Used ([\d.]+)([GMK])", str(e))
+        used = (
+            float(needed.group(1)) * {"G": GIB, "M": 2**20, "K": 2**10}[needed.group(2)]
+            if needed
+            else 0
+        )
+        report = CompileReport(
+            topology,
+            len(devices),
+            0,
+            0,
+            0,
+            int(used),
+            hbm,
+            0.0,
+            model_flops,
+            model_flops / peak,
+            False,
+            str(e).splitlines()[0],
+        )
+        return report, None
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    peak_bytes = getattr(memory, "peak_memory_in_bytes", 0) or (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
+    report = CompileReport(
+        topology=topology,
+        num_devices=len(devices),
+        argument_bytes=memory.argument_size_in_bytes,
+        output_bytes=memory.output_size_in_bytes,
+        temp_bytes=memory.temp_size_in_bytes,
+        peak_bytes=int(peak_bytes),
+        hbm_bytes=hbm,
+        xla_flops=float(cost.get("flops", 0.0)),
+        model_flops=model_flops,
+        step_time_at_peak=model_flops / peak,
+        fits=peak_bytes <= hbm,
+    )
+    return report, compiled
+
+
+def format_report(r: CompileReport) -> str:
+    """The human-readable report; the last line says whether it fits."""
+    lines = [
+        f"topology {r.topology}: {r.num_devices} devices, {r.hbm_bytes / GIB:.1f} GiB HBM each",
+    ]
+    if r.argument_bytes or r.temp_bytes:
+        lines += [
+            f"  arguments {r.argument_bytes / GIB:8.2f} GiB per device",
+            f"  outputs   {r.output_bytes / GIB:8.2f} GiB per device",
+            f"  temp      {r.temp_bytes / GIB:8.2f} GiB per device",
+            f"  peak      {r.peak_bytes / GIB:8.2f} GiB per device",
+            f"  XLA FLOPs per step per device      {r.xla_flops:.3e}",
+        ]
+    lines += [
+        f"  model FLOPs per step per device    {r.model_flops:.3e} (analytic)",
+        f"  roofline step time at 100% / 50% MFU: {r.step_time_at_peak:.3f} s / "
+        f"{2 * r.step_time_at_peak:.3f} s",
+    ]
+    if r.fits:
+        lines.append(
+            f"fits: {r.peak_bytes / GIB:.2f} GiB <= {r.hbm_bytes / GIB:.1f} GiB per device"
+        )
+    else:
+        lines.append(
+            f"does not fit: {r.peak_bytes / GIB:.2f} GiB > {r.hbm_bytes / GIB:.1f} GiB per device. "
+            "Try a smaller per-device batch (config.batch_size or grad_accum_steps), "
+            "config.remat=True, or more fsdp (config.mesh_fsdp)."
+        )
+    return "\n".join(lines)
+
+
+def compile_for_topology(config: ml_collections.ConfigDict, topology: str, *, save=None) -> int:
+    """The CLI body: compile, print the report, optionally serialize; exit 0 iff it fits."""
+    report, compiled = compile_train_step(config, topology)
+    print(format_report(report))
+    if save and compiled is not None:
+        from jax.experimental import serialize_executable
+
+        payload, _, _ = serialize_executable.serialize(compiled)
+        with open(save, "wb") as f:
+            f.write(payload)
+        print(f"saved the executable to {save}")
+    return 0 if report.fits else 3

@@ -1,0 +1,97 @@
+"""Where everything lives on the mesh: the sharded train state and the global batch.
+
+The state is created directly in its sharding (shapes and logical axes from eval_shape,
+init jitted with out_shardings), so no device ever holds all of it.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from xlnet_jax import sharding
+from xlnet_jax.model import XLNetLM
+from xlnet_jax.train_state import TrainState
+
+
+def _dummy_inputs(config: ml_collections.ConfigDict, batch: int):
+    """Zero inputs of the model's shapes, for init and shape inference."""
+    length, targets = config.seq_len, config.num_predict
+    return (
+        jnp.zeros((batch, length), jnp.int32),
+        jnp.zeros((batch, length), jnp.int32),
+        jnp.zeros((batch, length, length), jnp.bool_),
+        jnp.zeros((batch, targets), jnp.int32),
+        jnp.zeros((config.n_layer, batch, config.mem_len, config.d_model), jnp.float32),
+        jnp.zeros((batch,), jnp.bool_),
+    )
+
+
+def build_state(config: ml_collections.ConfigDict, model: XLNetLM, tx, mesh):
+    """Returns (init_fn, abstract_state, state_shardings); init_fn makes the state in place.
+
+    The state is never materialised whole on one device: shapes and logical axes come from
+    eval_shape, and init runs under jit with the mesh shardings as out_shardings.
+    """
+    rules = config.logical_axis_rules
+
+    def boxed_state():
+        params_key, state_key = jax.random.split(jax.random.PRNGKey(config.seed))
+        params = model.init(params_key, *_dummy_inputs(config, 1), deterministic=True)["params"]
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=tx.init(params),
+            mems=jnp.zeros(
+                (config.n_layer, config.batch_size, config.mem_len, config.d_model), jnp.float32
+            ),
+            rng=jax.random.key_data(state_key),
+            skipped_steps=jnp.zeros((), jnp.int32),
+        )
+
+    specs = nn.get_partition_spec(jax.eval_shape(boxed_state))
+    specs = specs.replace(mems=jax.sharding.PartitionSpec("layers", "batch", "mem_length", "embed"))
+    shardings = sharding.logical_shardings(specs, mesh, rules)
+    init = jax.jit(lambda: nn.meta.unbox(boxed_state()), out_shardings=shardings)
+    abstract = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        jax.eval_shape(init),
+        shardings,
+    )
+    return init, abstract, shardings
+
+
+def batch_shardings(mesh, rules) -> dict:
+    """Shardings of the host batch: rows over the data shards."""
+    rows_by_length = sharding.logical_sharding(mesh, rules, "batch", "length")
+    return {
+        "input_ids": rows_by_length,
+        "seg_ids": rows_by_length,
+        "is_word_start": rows_by_length,
+        "is_functional": rows_by_length,
+        "is_backward": sharding.logical_sharding(mesh, rules, "batch"),
+    }
+
+
+def abstract_batch(config: ml_collections.ConfigDict, shardings: dict) -> dict:
+    """Shapes, dtypes and shardings of the global batch, for AOT compilation."""
+    rows_by_length = (config.batch_size, config.seq_len)
+    shapes = {
+        "input_ids": (rows_by_length, jnp.int32),
+        "seg_ids": (rows_by_length, jnp.int32),
+        "is_word_start": (rows_by_length, jnp.bool_),
+        "is_functional": (rows_by_length, jnp.bool_),
+        "is_backward": ((config.batch_size,), jnp.bool_),
+    }
+    return {
+        name: jax.ShapeDtypeStruct(shape, dtype, sharding=shardings[name])
+        for name, (shape, dtype) in shapes.items()
+    }
+
+
+def to_global(local_batch: dict, shardings: dict) -> dict:
+    """This process's rows -> global arrays laid out over the mesh."""
+    return {
+        name: jax.make_array_from_process_local_data(shardings[name], value)
+        for name, value in local_batch.items()
+    }
