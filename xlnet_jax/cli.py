@@ -7,6 +7,7 @@ config, bad corpus, unusable workdir or checkpoint) print one line and exit 1; n
 import dataclasses
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -277,10 +278,13 @@ def _parse(fv: flags.FlagValues, name: str, rest: list[str]) -> list[str]:
     try:
         args = fv([f"xlnet-jax {name}", *rest])[1:]
     except AttributeError as e:
-        field = str(e).strip("'\"")
+        text = str(e).encode().decode("unicode_escape")
+        field = re.search(r"'([^'\\]+)\\*'", text)
+        hint = re.search(r"Did you mean \"([^\"]+)\"", text)
+        name = field.group(1) if field else text
         raise UsageError(
-            f"unknown config field {field!r} (from --config.{field}=...); the config file "
-            "lists the fields it has."
+            f"unknown config field {name!r} (from --config.{name}=...)"
+            + (f"; did you mean {hint.group(1)!r}?" if hint else "; see the config file.")
         ) from None
     if "config" in fv and fv["config"].value is not None:
         try:

@@ -99,7 +99,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int | None = None
     except ConfigError:
         raise
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(f"config.{e}") from None
     validate_training_fields(c)
     if num_devices is not None:
         try:

@@ -1,0 +1,80 @@
+"""Bad configs are rejected before anything compiles, in one line naming field and constraint."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import small_config
+from xlnet_jax.validate import ConfigError, validate_config
+
+# (overrides, devices, the field the message must name, a word of the constraint)
+BAD_CONFIGS = [
+    (dict(perm_size=12), None, "perm_size", "divide"),
+    (dict(reuse_len=32), None, "reuse_len", "seq_len"),
+    (dict(reuse_len=-1), None, "reuse_len", ">= 0"),
+    (dict(num_predict=40), None, "num_predict", "non-functional"),
+    (dict(batch_size=6), 4, "batch_size", "data shards"),
+    (dict(bi_data=True, batch_size=12), 4, "bi_data", "even"),
+    (dict(mesh_data=3), 8, "mesh_data", "8 devices"),
+    (dict(mesh_data=-1, mesh_fsdp=-1), 8, "mesh_fsdp", "-1"),
+    (dict(learning_rate=-1e-3), None, "learning_rate", "> 0"),
+    (dict(mem_len=-4), None, "mem_len", ">= 0"),
+    (dict(warmup_steps=50, num_train_steps=20), None, "warmup_steps", "num_train_steps"),
+    (dict(n_head=5), None, "d_model", "n_head"),
+    (dict(max_span=0), None, "max_span", ">= 1"),
+    (dict(dropout=1.5), None, "dropout", "[0, 1)"),
+    (dict(ff_activation="swish"), None, "ff_activation", "gelu"),
+    (dict(dtype="float16"), None, "dtype", "bfloat16"),
+    (dict(grad_accum_steps=3), None, "batch_size", "grad_accum_steps"),
+    (dict(nonfinite_policy="ignore"), None, "nonfinite_policy", "halt"),
+    (dict(clip_norm=-1.0), None, "clip_norm", ">= 0"),
+    (dict(adam_b2=1.0), None, "adam_b2", "[0, 1)"),
+    (dict(min_lr_ratio=2.0), None, "min_lr_ratio", "[0, 1]"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "devices", "field", "constraint"), BAD_CONFIGS)
+def test_bad_config_is_rejected_naming_the_field(overrides, devices, field, constraint):
+    with pytest.raises(ConfigError) as info:
+        validate_config(small_config(**overrides), devices)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"config.{field}" in message or f"config.{field}" in message.replace(" x ", "")
+    assert constraint in message
+
+
+def test_good_config_passes_on_every_device_count():
+    for devices in (None, 1, 2, 4, 8):
+        validate_config(small_config(), devices)
+
+
+def test_cli_rejects_unknown_field_and_bad_value_in_one_line(tmp_path):
+    def run(*overrides):
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "xlnet_jax.cli",
+                "train",
+                "--config",
+                "configs/tiny.py",
+                "--workdir",
+                str(tmp_path),
+                *overrides,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    unknown = run("--config.learning_rat=1e-3")
+    assert unknown.returncode == 2
+    assert "unknown config field 'learning_rat'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+
+    negative = run("--config.learning_rate=-1.0", "--config.corpus_dir=/nonexistent")
+    assert negative.returncode == 1
+    assert "config.learning_rate: must be > 0" in negative.stderr
+    assert "Traceback" not in negative.stderr
+    assert not (tmp_path / "checkpoints").exists()
