@@ -7,6 +7,7 @@ the whole job. Process 0's log is echoed to stdout as it grows.
 """
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import BinaryIO
 DEFAULT_PROGRAM = (sys.executable, "-m", "xlnet_jax.cli")
 POLL_SECONDS = 0.1
 TAIL_LINES = 20  # Lines of a failed process's log repeated in the error message.
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception)\b.*:")  # "ValueError: ..."
 
 
 def free_port() -> int:
@@ -47,7 +49,9 @@ def run(
     log_dir.mkdir(parents=True, exist_ok=True)
     logs = log_paths(log_dir, len(commands))
     logs[0].touch()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # Logs stay current, also on a crash.
+    # Logs stay current, also on a crash. The processes simulate CPU devices: keep JAX off
+    # an accelerator (N processes would contend for it) unless the caller chose a platform.
+    env = {"JAX_PLATFORMS": "cpu", **os.environ, "PYTHONUNBUFFERED": "1"}
     procs: list[subprocess.Popen] = []
     try:
         with open(logs[0], "rb") as echo:
@@ -100,9 +104,17 @@ def _echo(echo: BinaryIO) -> None:
 
 
 def _report(message: str, log: Path) -> None:
-    """Prints `message` to stderr, then the last lines of `log`."""
-    tail = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+    """Prints `message` to stderr, then the log's first exception line and its last lines.
+
+    The first exception is usually the cause; later ones are often teardown noise that
+    fills the tail (e.g. orbax threads failing at interpreter shutdown).
+    """
+    lines = log.read_text(errors="replace").splitlines()
+    tail = lines[-TAIL_LINES:]
     print(f"error: {message}", file=sys.stderr)
+    first_error = next((line for line in lines if _EXCEPTION_LINE.match(line)), None)
+    if first_error is not None and first_error not in tail:
+        print(f"  first exception in the log: {first_error}\n  last lines:", file=sys.stderr)
     for line in tail:
         print(f"  | {line}", file=sys.stderr)
 

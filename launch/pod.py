@@ -155,7 +155,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         f"worker; each logs to {remote.LOG_FILE}.\n"
         "WORKDIR must be on gs:// or on storage that every worker shares.\n\n"
         "--backend local: runs --num-processes processes here, joined through a coordinator\n"
-        "on 127.0.0.1, each logging to WORKDIR/logs/process_{i}.log; waits for all of them.\n"
+        "on 127.0.0.1, each with --num-cpu-devices CPU devices (JAX_PLATFORMS=cpu unless set)\n"
+        "and logging to WORKDIR/logs/process_{i}.log; waits for all of them.\n"
         "If one fails the others are stopped and its exit code is returned.",
         usage="%(prog)s --config CONFIG --workdir WORKDIR [--config.FIELD=VALUE ...]\n"
         "         [--backend tpu] --name NAME --zone ZONE [--project PROJECT] [--dry-run]\n"

@@ -329,7 +329,8 @@ if flags.get("config.ignore_sigterm") == str(i):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if flags.get("config.fail") == str(i):
     time.sleep(float(flags.get("config.fail_after", 0)))
-    print("boom", file=sys.stderr)
+    print("ValueError: boom", file=sys.stderr)
+    print("noise\\n" * 30, file=sys.stderr)
     sys.exit(3)
 time.sleep(float(flags.get("config.sleep", 0)))
 print(f"process {i} done", flush=True)
@@ -390,7 +391,8 @@ def test_local_failure_stops_the_others_and_names_the_log(tmp_path, capsys, fake
     assert time.monotonic() - start < 15
     err = capsys.readouterr().err
     assert f"process 1 exited with code 3; its log: {workdir / 'logs' / 'process_1.log'}" in err
-    assert "boom" in err  # The tail of the failed process's log.
+    assert "first exception in the log: ValueError: boom" in err
+    assert "  | noise" in err  # The tail of the failed process's log.
     pid_0 = int(re.search(r"process 0: pid (\d+)", err).group(1))
     alive = Path(f"/proc/{pid_0}").exists()
     if alive:
@@ -425,32 +427,17 @@ def test_local_kills_a_process_that_ignores_sigterm(tmp_path, capsys, fake_train
     assert "process 0 done" not in (tmp_path / "logs" / "process_0.log").read_text()
 
 
-def test_local_dry_run_picks_one_free_port(capsys):
-    out = dry_run(
-        capsys,
-        "train",
-        "--backend",
-        "local",
-        "--num-processes",
-        "3",
-        "--config",
-        "c.py",
-        "--workdir",
-        "w",
-        "--config.seed=1",
-    )
+def test_local_dry_run_picks_one_free_port_and_keeps_override_order(capsys):
+    argv = "train --config.a=x_y --backend local --num-processes 3 --config c.py --config.b=1"
+    out = dry_run(capsys, *argv.split(), "--config.a=2 3", "--workdir", "w", "--config.a=4")
     lines = [shlex.split(line) for line in out.splitlines()]
     assert len(lines) == 3
     port = lines[0][4].removeprefix("--coordinator_address=127.0.0.1:")
-    assert lines[0][:4] == [sys.executable, "-m", "xlnet_jax.cli", "train"]
-    for i, argv in enumerate(lines):
-        assert argv[4:] == [
-            f"--coordinator_address=127.0.0.1:{port}",
-            "--num_processes=3",
-            f"--process_id={i}",
-            "--num_cpu_devices=1",
-            "--config=c.py",
-            "--workdir=w",
-            "--config.seed=1",
-        ]
     assert 0 < int(port) < 65536
+    for i, words in enumerate(lines):
+        assert words == [
+            sys.executable, "-m", "xlnet_jax.cli", "train",
+            f"--coordinator_address=127.0.0.1:{port}", "--num_processes=3", f"--process_id={i}",
+            "--num_cpu_devices=1", "--config=c.py", "--workdir=w",
+            "--config.a=x_y", "--config.b=1", "--config.a=2 3", "--config.a=4",
+        ]  # fmt: skip
