@@ -2,9 +2,9 @@
 
 Each function returns a plain argv list, executed without a shell. Flags are written
 `--flag=value`, so no value can be read as a flag of its own (only ssh's fixed script
-follows `--command` as its own item). `train_args` is shared by
-both backends: the TPU backend runs it on every worker through `remote.train`, the
-local backend runs it N times on localhost; only the cluster flags differ.
+follows `--command` as its own item). `train_args` is shared by both backends: the TPU
+backend runs it on every worker through `remote.train`, the local backend runs it N
+times on localhost; only the cluster flags differ.
 """
 
 from collections.abc import Sequence

@@ -43,7 +43,7 @@ def run(
     """Runs `commands` at once, process i logging to `log_paths(log_dir, n)[i]` (appended).
 
     Returns 0 when all exit 0; else the first failure's exit code (1 if it was killed by
-    a signal), or 124 on timeout. Processes still running at the end are sent SIGTERM,
+    a signal), 124 on timeout, 130 on Ctrl-C. Processes still running at the end are sent SIGTERM,
     then SIGKILL after `grace_seconds` (JAX treats SIGTERM as a preemption notice).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +64,9 @@ def run(
                 procs.append(proc)
                 print(f"process {i}: pid {proc.pid}, log {log}", file=sys.stderr, flush=True)
             return _wait(procs, logs, echo, timeout)
+    except KeyboardInterrupt:
+        print("interrupted; stopping the processes", file=sys.stderr)
+        return 130
     finally:
         _terminate(procs, grace_seconds)
 
@@ -74,8 +77,8 @@ def _wait(
     """Polls until all exit 0, one fails, or `timeout` passes; echoes log 0 meanwhile."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        _echo(echo)
         codes = [p.poll() for p in procs]
+        _echo(echo)  # After the poll: all that an exited process wrote is shown first.
         failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
         if failed:
             i = failed[0]

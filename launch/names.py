@@ -95,9 +95,11 @@ def not_an_option(value: str) -> str:
 
 
 def local_path(value: str) -> str:
-    """A local file path gcloud scp will not read as INSTANCE:PATH (so no ':')."""
-    if not value or ":" in value:
-        raise argparse.ArgumentTypeError(f"{value!r} must be a local path without ':'")
+    """A local path that gcloud scp reads neither as INSTANCE:PATH nor as a flag."""
+    if not value or ":" in value or value.startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} must be a local path without ':' and not starting with '-'"
+        )
     return value
 
 

@@ -7,6 +7,7 @@ command as N processes on this machine (`launch.local`).
 """
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -301,9 +302,10 @@ def _setup(args: argparse.Namespace) -> Commands:
                 *_where(args), "all", remote.setup_from_git(args.python, args.repo, args.ref)
             )
         ]
+    tarball = os.path.abspath(args.tarball)  # `git -C SOURCE` would resolve it in SOURCE.
     return [
-        commands.source_tarball(args.source, args.tarball),
-        commands.scp_to_workers(*_where(args), args.tarball),
+        commands.source_tarball(args.source, tarball),
+        commands.scp_to_workers(*_where(args), tarball),
         commands.ssh(*_where(args), "all", remote.setup_from_tarball(args.python)),
     ]
 

@@ -294,6 +294,8 @@ def wait_for(condition, seconds: float = 10.0) -> None:
          "--repo"),
         (["setup", "--name", "ok", "--zone", "us-central1-a", "--tarball", "host:x"],
          "--tarball"),
+        (["setup", "--name", "ok", "--zone", "us-central1-a", "--tarball", "-x.tgz"],
+         "--tarball"),
         (["setup", "--name", "ok", "--zone", "us-central1-a", "--ref", "main"], "--ref"),
         (["train", "--config", "c.py", "--workdir", "w", "--zone", "us-central1-a"], "--name"),
         (["train", "--config", "c.py", "--workdir", "w", "--backend", "local", "--name", "x"],
