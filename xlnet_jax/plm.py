@@ -123,45 +123,53 @@ def _forward_order(x: jax.Array, is_backward: jax.Array) -> jax.Array:
 
 
 def _row_targets(
-    key: jax.Array,
+    words: jax.Array,
     is_word_start: jax.Array,
     is_functional: jax.Array,
     is_backward: jax.Array,
     cfg: PLMConfig,
 ) -> jax.Array:
-    """bool [L] targets of one row, block by block. A backward row holds its stream
-    reversed: each block is flipped to forward text order, sampled, and flipped back."""
-    blocks = target_blocks(cfg)
+    """bool [L] targets of one row from uint32 random words, block by block. A backward
+    row holds its stream reversed: each block is flipped to forward text order, sampled,
+    and flipped back."""
     parts = []
-    for block_key, (start, end, goal) in zip(
-        jax.random.split(key, len(blocks)), blocks, strict=True
-    ):
+    for start, end, goal in target_blocks(cfg):
+        span_args = (goal, cfg.max_span, cfg.mask_alpha, cfg.mask_beta)
+        block_words, words = jnp.split(words, [plm_spans.num_random_words(end - start, *span_args)])
         chosen, _ = plm_spans.sample_block_targets(
-            block_key,
+            block_words,
             _forward_order(is_word_start[start:end], is_backward),
             _forward_order(is_functional[start:end], is_backward),
-            goal,
-            cfg.max_span,
-            cfg.mask_alpha,
-            cfg.mask_beta,
+            *span_args,
         )
         parts.append(_forward_order(chosen, is_backward))
     return jnp.concatenate(parts)
 
 
-def _local_ranks(key: jax.Array, seq_len: int, perm_size: int) -> jax.Array:
-    """int32 [L]: one random permutation of perm_size applied to every perm_size block,
-    offset by the block start, so earlier blocks rank before later ones."""
-    sigma = jax.random.permutation(key, perm_size).astype(jnp.int32)
+def _num_row_words(cfg: PLMConfig) -> int:
+    """uint32 random words one row consumes: its blocks' targets, then its order."""
+    span_args = (cfg.max_span, cfg.mask_alpha, cfg.mask_beta)
+    blocks = target_blocks(cfg)
+    targets = sum(plm_spans.num_random_words(e - s, g, *span_args) for s, e, g in blocks)
+    return targets + cfg.perm_size
+
+
+def _local_ranks(words: jax.Array, seq_len: int, perm_size: int) -> jax.Array:
+    """int32 [L]: one random permutation of perm_size (the sort order of perm_size random
+    words) applied to every perm_size block, offset by the block start, so earlier blocks
+    rank before later ones."""
+    sigma = jnp.argsort(words).astype(jnp.int32)
     pos = jnp.arange(seq_len, dtype=jnp.int32)
     return (pos // perm_size) * perm_size + sigma[pos % perm_size]
 
 
 def _sample_row(key, input_ids, is_word_start, is_functional, is_backward, cfg):
-    """PLMSample fields (unbatched) of one row from its own key."""
-    k_targets, k_order = jax.random.split(key)
-    is_target = _row_targets(k_targets, is_word_start, is_functional, is_backward, cfg)
-    ranks = _local_ranks(k_order, cfg.seq_len, cfg.perm_size)
+    """PLMSample fields (unbatched) of one row from its own key (one threefry call)."""
+    words = jax.random.bits(key, (_num_row_words(cfg),), jnp.uint32)
+    is_target = _row_targets(
+        words[: -cfg.perm_size], is_word_start, is_functional, is_backward, cfg
+    )
+    ranks = _local_ranks(words[-cfg.perm_size :], cfg.seq_len, cfg.perm_size)
     ranks = jnp.where(is_target | is_functional, ranks, -1)
     num_real = jnp.sum(is_target, dtype=jnp.int32)
     target_pos = jnp.nonzero(is_target, size=cfg.num_predict, fill_value=0)[0].astype(jnp.int32)

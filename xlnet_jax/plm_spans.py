@@ -20,6 +20,9 @@ data_utils.py) for one block of one row, with its word-span bug fixed:
   until the block holds exactly `goal` targets, or all of its eligible tokens where it has
   fewer (the original's fill loop never ends in that case).
 
+Randomness comes in as uint32 words (`jax.random.bits`), so that a whole row costs one
+threefry call: each random call is a sizeable kernel for XLA to compile.
+
 Every loop has a static trip count: the span phase is a `lax.scan` of at most
 min(goal, ceil(block_len / (1 + ctx(1)))) steps, which is exact: a step that adds no
 target ends the phase, and every step advances the cursor by at least 1 + ctx(1).
@@ -66,8 +69,26 @@ def _prev_true(flags: jax.Array) -> jax.Array:
     return jax.lax.cummax(jnp.where(flags, idx, -1))
 
 
+def num_random_words(block_len: int, goal: int, max_span: int, alpha: float, beta: float) -> int:
+    """uint32 words `sample_block_targets` consumes for one block: two per span step
+    (length and left context), one per token (the random fill)."""
+    return 2 * num_span_steps(block_len, goal, context_sizes(max_span, alpha, beta)) + block_len
+
+
+def uniform(words: jax.Array) -> jax.Array:
+    """float32 in [0, 1) from uint32 words (their top 24 bits)."""
+    return (words >> 8).astype(jnp.float32) * (1.0 / (1 << 24))
+
+
+def draw_span_lengths(words: jax.Array, max_span: int) -> jax.Array:
+    """int32 n in 1..max_span with p(n) proportional to 1/n, by inverting the CDF."""
+    p = 1.0 / np.arange(1, max_span + 1)
+    cdf = jnp.asarray(np.cumsum(p / p.sum())[:-1], jnp.float32)
+    return 1 + jnp.sum(uniform(words)[:, None] >= cdf[None, :], axis=1, dtype=jnp.int32)
+
+
 def sample_spans(
-    key: jax.Array,
+    words: jax.Array,
     is_word_start: jax.Array,
     is_functional: jax.Array,
     goal: int,
@@ -78,7 +99,7 @@ def sample_spans(
     """Draws word-aligned spans over one block, in the block's own (forward) order.
 
     Args:
-      key: PRNG key for this block.
+      words: uint32 [2 * num_span_steps(...)] random words.
       is_word_start: bool [N], the piece begins a word.
       is_functional: bool [N], <sep>/<cls>/<pad>: never inside a span.
       goal: static number of targets wanted in this block.
@@ -108,17 +129,15 @@ def sample_spans(
             jnp.full((1,), n_tok, jnp.int32),
         ]
     )
-    logits = jnp.log(1.0 / jnp.arange(1, max_span + 1, dtype=jnp.float32))
     ctx_table = jnp.asarray(ctx_sizes)
 
-    def step(carry, step_key):
+    def step(carry, draw):
         cursor, count, done = carry
-        k_len, k_ctx = jax.random.split(step_key)
-        drawn = jax.random.categorical(k_len, logits).astype(jnp.int32) + 1
+        drawn, ctx_frac = draw
         remaining = goal - count
         n = jnp.minimum(drawn, jnp.maximum(remaining, 1))
         ctx = ctx_table[n]
-        left = jax.random.randint(k_ctx, (), 0, jnp.maximum(ctx, 1))
+        left = jnp.minimum((ctx_frac * ctx).astype(jnp.int32), jnp.maximum(ctx - 1, 0))
         begin = next_start[jnp.minimum(cursor + left, n_tok)]
         safe_begin = jnp.minimum(begin, n_tok - 1)
         word_end = boundary_pos[jnp.minimum(words_upto[safe_begin] + n - 1, n_tok)]
@@ -135,24 +154,26 @@ def sample_spans(
         return new_carry, SpanDraws(begin, end, drawn, jnp.where(valid, num_words, 0), valid)
 
     init = (jnp.int32(0), jnp.int32(0), jnp.bool_(goal == 0))
-    _, draws = jax.lax.scan(step, init, jax.random.split(key, steps))
+    draws = (draw_span_lengths(words[:steps], max_span), uniform(words[steps : 2 * steps]))
+    _, spans = jax.lax.scan(step, init, draws)
     pos = jnp.arange(n_tok)
-    covered = draws.valid[:, None] & (draws.begin[:, None] <= pos) & (pos < draws.end[:, None])
-    return jnp.any(covered, axis=0), draws
+    covered = spans.valid[:, None] & (spans.begin[:, None] <= pos) & (pos < spans.end[:, None])
+    return jnp.any(covered, axis=0), spans
 
 
-def fill_to_goal(key: jax.Array, chosen: jax.Array, eligible: jax.Array, goal: int) -> jax.Array:
+def fill_to_goal(words: jax.Array, chosen: jax.Array, eligible: jax.Array, goal: int) -> jax.Array:
     """Adds uniformly random eligible, unchosen tokens until `goal` are chosen (or all
-    eligible ones are). Returns the new bool [N] selection."""
+    eligible ones are). `words` is uint32 [N]. Returns the new bool [N] selection."""
     free = eligible & ~chosen
     missing = goal - jnp.sum(chosen, dtype=jnp.int32)
-    scores = jnp.where(free, jax.random.uniform(key, chosen.shape), 2.0)
-    order_of = jnp.argsort(jnp.argsort(scores))
+    scores = jnp.where(free, words >> 1, jnp.uint32(0xFFFFFFFF))  # free tokens sort first
+    order = jnp.argsort(scores)
+    order_of = jnp.zeros(chosen.shape, jnp.int32).at[order].set(jnp.arange(chosen.shape[0]))
     return chosen | (free & (order_of < missing))
 
 
 def sample_block_targets(
-    key: jax.Array,
+    words: jax.Array,
     is_word_start: jax.Array,
     is_functional: jax.Array,
     goal: int,
@@ -162,10 +183,11 @@ def sample_block_targets(
 ) -> tuple[jax.Array, SpanDraws]:
     """Spans, then random fill: exactly min(goal, #non-functional) targets of one block.
 
-    Args and the span rules as in `sample_spans`. Returns (is_target bool [N], SpanDraws).
+    Args as in `sample_spans`, but `words` holds num_random_words(...) uint32 words.
+    Returns (is_target bool [N], SpanDraws).
     """
-    k_span, k_fill = jax.random.split(key)
-    in_span, draws = sample_spans(
-        k_span, is_word_start, is_functional, goal, max_span, mask_alpha, mask_beta
+    n_tok = is_word_start.shape[0]
+    in_span, spans = sample_spans(
+        words[:-n_tok], is_word_start, is_functional, goal, max_span, mask_alpha, mask_beta
     )
-    return fill_to_goal(k_fill, in_span, ~is_functional, goal), draws
+    return fill_to_goal(words[-n_tok:], in_span, ~is_functional, goal), spans
