@@ -95,12 +95,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _tpu_options(create)
     create.add_argument(
         "--accelerator-type",
+        metavar="TYPE",
         type=names.accelerator_type,
         required=True,
         help="e.g. v3-32, v4-16, v5litepod-16, v6e-8",
     )
     create.add_argument(
         "--runtime-version",
+        metavar="VERSION",
         type=names.runtime_version,
         default="tpu-ubuntu2204-base",
         help="TPU software version (default: %(default)s; v5e wants v2-alpha-tpuv5-lite, "
@@ -124,16 +126,23 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     source = setup.add_mutually_exclusive_group()
     source.add_argument(
         "--source",
+        metavar="DIR",
         type=names.local_path,
         default=".",
         help="local git checkout to ship (default: %(default)s)",
     )
     source.add_argument(
-        "--repo", type=names.not_an_option, help="git URL for the workers to clone instead"
+        "--repo",
+        metavar="URL",
+        type=names.not_an_option,
+        help="git URL for the workers to clone instead",
     )
-    setup.add_argument("--ref", type=names.not_an_option, help="branch, tag or commit of --repo")
+    setup.add_argument(
+        "--ref", metavar="REF", type=names.not_an_option, help="branch, tag or commit of --repo"
+    )
     setup.add_argument(
         "--tarball",
+        metavar="PATH",
         type=names.local_path,
         default="/tmp/xlnet-jax-src.tar.gz",
         help="where to write the source tarball locally (default: %(default)s)",
@@ -206,10 +215,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     logs = _subcommand(sub, "logs", "print a worker's train log", f"Tails {remote.LOG_FILE}.")
     _tpu_options(logs)
     logs.add_argument(
-        "--worker", type=names.worker, default="0", help="index, or all (default: %(default)s)"
+        "--worker",
+        metavar="W",
+        type=names.worker,
+        default="0",
+        help="index, or all (default: %(default)s)",
     )
     logs.add_argument(
-        "--lines", type=names.positive_int, default=100, help="(default: %(default)s)"
+        "--lines", metavar="N", type=names.positive_int, default=100, help="(default: %(default)s)"
     )
     logs.add_argument("--follow", action="store_true", help="keep printing (tail -F)")
 
@@ -224,6 +237,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _tpu_options(stop)
     stop.add_argument(
         "--grace",
+        metavar="SECONDS",
         type=names.non_negative_int,
         default=60,
         help="seconds before SIGKILL (default: %(default)s)",
