@@ -18,6 +18,8 @@ import orbax.checkpoint as ocp
 
 from xlnet_jax.train_state import TrainState
 
+log = logging.getLogger(__name__)
+
 # Fields that fix the parameter shapes or the function the params compute.
 ARCHITECTURE_FIELDS = (
     "vocab_size",
@@ -74,25 +76,24 @@ class Checkpointer:
         self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
         options = ocp.CheckpointManagerOptions(
             max_to_keep=config.keep_checkpoints,
-            save_interval_steps=config.checkpoint_every,
             enable_async_checkpointing=True,
         )
         self.manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "mems", "meta")
         )
 
-    def save(self, state: TrainState, meta: dict, *, force: bool = False) -> bool:
-        """Starts an async save of `state` at its step; True if a save was started."""
+    def save(self, state: TrainState, meta: dict) -> bool:
+        """Starts an async save of `state` at its step (the loop decides when)."""
         step = int(jax.device_get(state.step))
         items = {k: v for k, v in vars(state).items() if k != "mems"}
         return self.manager.save(
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(items),
-                mems=ocp.args.StandardSave(state.mems),
+                mems=ocp.args.StandardSave({"mems": state.mems}),
                 meta=ocp.args.JsonSave(meta),
             ),
-            force=force,
+            force=True,
         )
 
     def wait(self) -> None:
@@ -113,7 +114,7 @@ class Checkpointer:
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.exists():
             shutil.move(str(source), str(target))
-        logging.warning(
+        log.warning(
             "Checkpoint step %d at %s is damaged (%s); moved it to %s and fell back.",
             step,
             source,
@@ -155,16 +156,16 @@ class Checkpointer:
             items = {k: v for k, v in vars(abstract_state).items() if k != "mems"}
             args = {"state": ocp.args.StandardRestore(items)}
             if same_memory:
-                args["mems"] = ocp.args.StandardRestore(abstract_state.mems)
+                args["mems"] = ocp.args.StandardRestore({"mems": abstract_state.mems})
             try:
                 restored = self.manager.restore(step, args=ocp.args.Composite(**args))
             except Exception as e:  # noqa: BLE001 - truncated or missing array files
                 self._quarantine(step, f"arrays unreadable: {type(e).__name__}: {e}")
                 continue
             if same_memory:
-                mems = restored["mems"]
+                mems = restored["mems"]["mems"]
             else:
-                logging.warning(
+                log.warning(
                     "The global batch or memory shape changed since step %d "
                     "(batch_size %s -> %s, mem_len %s -> %s): the recurrence memory restarts "
                     "from zeros.",

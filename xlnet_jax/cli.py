@@ -84,6 +84,11 @@ def _setup_jax(fv: flags.FlagValues) -> None:
     """Device count and multi-process initialisation, before any device is touched."""
     import jax
 
+    # A persistent compilation cache: a resumed or repeated run skips recompiling the step.
+    cache = os.environ.get("XLNET_JAX_COMPILATION_CACHE", "~/.cache/xlnet-jax/xla")
+    if cache:
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cache))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     if fv.num_cpu_devices:
         jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
     if fv.coordinator_address:
@@ -315,7 +320,8 @@ def main(argv: list[str]) -> int:
         print(f"usage: xlnet-jax {name} {command.positional} [flags]\n\n{command.summary}\n")
         print(fv.get_help())
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("xlnet_jax").setLevel(logging.INFO)
     try:
         args = _parse(fv, name, rest)
         return command.main(fv, args)

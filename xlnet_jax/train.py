@@ -28,6 +28,8 @@ from xlnet_jax.run_setup import load_corpus_manifest, prepare_workdir
 from xlnet_jax.train_state import TrainState
 from xlnet_jax.validate import validate_config
 
+log = logging.getLogger(__name__)
+
 
 class NonFiniteError(RuntimeError):
     """A step produced a non-finite loss or gradient under nonfinite_policy='halt'."""
@@ -106,14 +108,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     checkpointer = Checkpointer(workdir, config)
     state = checkpointer.restore(abstract_state, config, fingerprint)
     if state is None:
-        logging.info("Starting a new run in %s", workdir)
+        log.info("Starting a new run in %s", workdir)
         state = init()
     elif state.mems is None:
         zeros = jax.jit(jnp.zeros_like, out_shardings=state_shardings.mems)
         state = state.replace(mems=zeros(abstract_state.mems))
     start_step = int(jax.device_get(state.step))
     if start_step:
-        logging.info("Resumed from step %d in %s", start_step, workdir)
+        log.info("Resumed from step %d in %s", start_step, workdir)
 
     shardings = batch_shardings(mesh, rules)
     put = functools.partial(to_global, shardings=shardings)
@@ -126,7 +128,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     )
     compile_start = time.time()
     step_fn = step_fn.lower(abstract_state, abstract_batch(config, shardings)).compile()
-    logging.info("Compiled the train step in %.1f s", time.time() - compile_start)
+    log.info("Compiled the train step in %.1f s", time.time() - compile_start)
 
     eval_fn = jax.jit(
         functools.partial(steps.eval_step, model=model, config=config),
@@ -182,11 +184,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
                 interval_start = time.time()
             meta = make_meta(config, fingerprint, done)
             if sigterm.raised:
-                checkpointer.save(state, meta, force=True)
+                checkpointer.save(state, meta)
                 checkpointer.wait()
                 progress.note(f"SIGTERM: saved step {done} and stopped; rerun to continue.")
                 return state
-            checkpointer.save(state, meta, force=done == config.num_train_steps)
+            if done % config.checkpoint_every == 0 or done == config.num_train_steps:
+                checkpointer.save(state, meta)
     finally:
         sigterm.restore()
         prefetch.shutdown(wait=False, cancel_futures=True)
