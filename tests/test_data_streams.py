@@ -120,12 +120,16 @@ def test_a_ends_at_a_sentence_boundary():
     tokens = flat_tokens("train")
     starts = set(np.asarray(load_split(load_manifest(small_corpus()), "train").sentence_starts))
     row_starts = forward_starts(b, tokens)
-    for row, ids in enumerate(b.batch(0)["input_ids"]):
-        if (row_starts[row] + first_sep(ids)) % len(tokens) not in starts:
-            # Only when no boundary leaves room for B: the sentence fills the window.
-            room = SEQ - REUSE - 3
-            window = (row_starts[row] + REUSE + np.arange(1, room)) % len(tokens)
-            assert not starts.intersection(window.tolist())
+    at_boundary = 0
+    for t in range(5):
+        for row, ids in enumerate(b.batch(t)["input_ids"]):
+            start = row_starts[row] + t * REUSE
+            if (start + first_sep(ids)) % len(tokens) in starts:
+                at_boundary += 1
+            else:  # only when no boundary leaves room for B: one sentence fills the window
+                window = (start + REUSE + np.arange(1, SEQ - REUSE - 3)) % len(tokens)
+                assert not starts.intersection(window.tolist())
+    assert at_boundary > 30
 
 
 def test_bi_data_second_half_of_each_shard_reads_the_same_streams_backwards():

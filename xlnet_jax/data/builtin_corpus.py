@@ -3,13 +3,15 @@
 Always present, English, a few MB and free of licence questions, so `xlnet-jax prepare`
 works out of the box. The stdlib source files are read with `ast` (nothing is imported),
 in sorted path order; test packages and site-packages are skipped. Each module is one
-document; each docstring paragraph (blank-line separated, lines joined) is one sentence;
-doctest paragraphs (starting with `>>>`) are dropped. Deterministic for a given Python
-version.
+document. Each docstring paragraph (blank-line separated, lines joined) is split into
+sentences after '.', '!' or '?' followed by a capital letter (a heuristic: a paragraph as
+one "sentence" would often outgrow the A/B window and leave nothing to cut at); doctest
+paragraphs (starting with `>>>`) are dropped. Deterministic for a given Python version.
 """
 
 import ast
 import os
+import re
 import sys
 import sysconfig
 import warnings
@@ -20,6 +22,7 @@ _SKIP_DIRS = frozenset(
 )
 
 _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 
 def builtin_name() -> str:
@@ -39,7 +42,7 @@ def stdlib_files(root: str | None = None) -> list[str]:
 
 
 def module_sentences(source: bytes) -> list[str]:
-    """The docstring paragraphs of one module's source, in source order."""
+    """The docstring sentences of one module's source, in source order."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # invalid escapes etc. in old modules
         try:
@@ -51,7 +54,7 @@ def module_sentences(source: bytes) -> list[str]:
         for paragraph in doc.split("\n\n"):
             text = " ".join(paragraph.split())
             if text and not text.startswith(">>>"):
-                sentences.append(text)
+                sentences += _SENTENCE_END.split(text)
     return sentences
 
 

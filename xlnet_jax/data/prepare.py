@@ -7,12 +7,14 @@ Three passes over the data, each with a progress line on stderr:
      processes, each document going whole to the train or the validation split;
   3. write the tfds dataset (array_record) and manifest.json, the mark of a complete corpus.
 
-The output directory holds: manifest.json, spm.model (+ spm.vocab when trained), and
-xlnet_corpus/1.0.0/ (the tfds dataset). Preparing into a directory that already holds a
+The output directory holds: manifest.json, spm.model, xlnet_corpus/1.0.0/ (the tfds
+dataset) and, once streams have read it, cache/. Preparing into a directory that already holds a
 corpus replaces it; a directory holding anything else is refused.
 
 Memory: one chunk of documents per worker; disk: the normalised text (about the size of
-the input) while preparing.
+the input) while preparing. Tokenizer workers are spawned processes (safe in a process
+that runs jax threads); a script that calls prepare_corpus with num_workers > 1 needs the
+usual `if __name__ == "__main__":` guard.
 """
 
 import hashlib
@@ -42,7 +44,7 @@ from xlnet_jax.data.progress import Progress
 
 __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"]
 
-_OWNED = {MANIFEST_FILE, TOKENIZER_FILE, "spm.vocab", tfds_builder.NAME, "cache"}
+_OWNED = {MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME, "cache"}
 _TEMP_PREFIX = ".prepare-"
 _CHUNK_SENTENCES = 2000
 
@@ -97,7 +99,7 @@ def prepare_corpus(
         model_path = os.path.join(out_dir, TOKENIZER_FILE)
         if model_bytes is None:
             print(f"Training SentencePiece (unigram, {vocab_size} pieces)...", file=sys.stderr)
-            tokenizer.train_tokenizer(text_path, os.path.join(out_dir, "spm"), vocab_size)
+            tokenizer.train_tokenizer(text_path, model_path, vocab_size)
         else:
             with open(model_path, "wb") as f:
                 f.write(model_bytes)

@@ -12,6 +12,7 @@ The encode functions at the bottom run in worker processes: this module imports 
 heavier than numpy and sentencepiece, so spawned workers start fast.
 """
 
+import io
 import re
 
 import numpy as np
@@ -35,31 +36,37 @@ _PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
 _WORD_MARK = "\u2581"
 
 
-def train_tokenizer(text_file: str, model_prefix: str, vocab_size: int) -> str:
-    """Trains a unigram model on normalised text (one sentence per line); returns its path."""
-    try:
-        spm.SentencePieceTrainer.train(
-            input=text_file,
-            model_prefix=model_prefix,
-            vocab_size=vocab_size,
-            model_type="unigram",
-            character_coverage=0.99995,
-            input_sentence_size=TRAIN_SENTENCES,
-            shuffle_input_sentence=True,
-            unk_id=0,
-            bos_id=1,
-            eos_id=2,
-            pad_id=-1,
-            control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
-            user_defined_symbols=["<eop>"],
-            num_threads=TRAIN_THREADS,
-            minloglevel=2,
-        )
-    except RuntimeError as e:
-        raise _vocab_error(str(e), vocab_size) from None
-    path = model_prefix + ".model"
-    check_special_ids(load_processor(path), path)
-    return path
+def train_tokenizer(text_file: str, model_path: str, vocab_size: int) -> None:
+    """Trains a unigram model on normalised text (one sentence per line) into model_path.
+
+    The text is fed as an iterator and the model written from memory, so no file path ends
+    up in the model's stored training spec: the same text gives the same bytes anywhere.
+    """
+    model = io.BytesIO()
+    with open(text_file, encoding="utf-8") as f:
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=(line.rstrip("\n") for line in f if line != "\n"),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type="unigram",
+                character_coverage=0.99995,
+                input_sentence_size=TRAIN_SENTENCES,
+                shuffle_input_sentence=True,
+                unk_id=0,
+                bos_id=1,
+                eos_id=2,
+                pad_id=-1,
+                control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
+                user_defined_symbols=["<eop>"],
+                num_threads=TRAIN_THREADS,
+                minloglevel=2,
+            )
+        except RuntimeError as e:
+            raise _vocab_error(str(e), vocab_size) from None
+    with open(model_path, "wb") as f:
+        f.write(model.getvalue())
+    check_special_ids(load_processor(model_path), model_path)
 
 
 def _vocab_error(message: str, vocab_size: int) -> DataError:
