@@ -16,7 +16,7 @@ import transformers
 from jax.sharding import PartitionSpec as P
 
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.hf import config_from_hf, hf_forward, params_from_hf
+from xlnet_jax.hf import config_from_hf, hf_forward, param_shapes, params_from_hf
 from xlnet_jax.model import XLNetLM
 
 TOL = 1e-4
@@ -55,7 +55,7 @@ def random_plm_inputs(
 
 
 def randomize_(model: torch.nn.Module, seed: int) -> None:
-    """Replaces the 0.02-normal init by O(1)-activation weights, so position and segment errors show."""
+    """Swaps the 0.02-normal init for O(1)-activation weights: position errors must show."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -127,71 +127,80 @@ def test_parity_with_hf(tmp_path, name, overrides, untie_r, batch, two_segments)
                 max(np.abs(a - b.numpy()).max() for a, b in zip(new_mems, out.mems, strict=True)),
             )
     MAX_DIFFS[name] = tuple(float(max(d)) for d in zip(*diffs, strict=True))
+    logits_diff, mems_diff = MAX_DIFFS[name]
     print(
-        f"\nparity[{name}]: max|logits diff| = {MAX_DIFFS[name][0]:.2e}, max|mems diff| = {MAX_DIFFS[name][1]:.2e}"
+        f"\nparity[{name}]: max|logits diff| = {logits_diff:.2e}, max|mems diff| = {mems_diff:.2e}"
     )
     assert MAX_DIFFS[name][0] < TOL and MAX_DIFFS[name][1] < TOL
 
 
-def _tiny_call(config: ModelConfig, batch=2, length=6, num_predict=2, mem=3):
-    """Initialises XLNetLM(config): (boxed params, forward(params, dropout_rng=None) -> outputs)."""
+def _model_inputs(config: ModelConfig, batch=2, length=6, num_predict=2, mem=3) -> tuple:
+    """XLNetLM's positional inputs (input_ids, seg_ids, perm_mask, target_pos, mems)."""
     rng = np.random.default_rng(0)
     inputs = random_plm_inputs(rng, batch, length, num_predict, config.vocab_size)
-    args = (
+    return (
         jnp.asarray(inputs["input_ids"], jnp.int32),
         jnp.asarray(inputs["token_type_ids"], jnp.int32),
         jnp.asarray(inputs["perm_mask"] > 0),
         jnp.asarray(inputs["target_mapping"].argmax(-1), jnp.int32),
         jnp.asarray(rng.normal(size=(config.n_layer, batch, mem, config.d_model)), jnp.float32),
     )
-    model = XLNetLM(config)
-    params = model.init(jax.random.key(0), *args, deterministic=True)["params"]
-
-    def forward(params, dropout_rng=None):
-        rngs = {} if dropout_rng is None else {"dropout": dropout_rng}
-        return model.apply({"params": params}, *args, deterministic=dropout_rng is None, rngs=rngs)
-
-    return params, forward
 
 
-def test_params_carry_logical_axes_and_init():
-    config = ModelConfig(**SMALL, d_head=8, untie_r=False)
-    boxed, _ = _tiny_call(config)
-    specs = nn.get_partition_spec(boxed)
+def random_params(config: ModelConfig, seed: int = 0) -> dict:
+    """Normal(0, 0.2) parameters of XLNetLM(config), without compiling its init."""
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda s: rng.normal(0.0, 0.2, s.shape).astype(np.float32), param_shapes(config)
+    )
+
+
+def test_init_axes_dropout_and_bfloat16():
+    """Real init: logical axes, init distributions; a bfloat16 forward with dropout."""
+    config = ModelConfig(**SMALL, d_head=8, untie_r=False, dtype="bfloat16", mem_len=4)
+    model, args = XLNetLM(config), _model_inputs(config)
+    rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
+    (logits, new_mems), variables = jax.jit(
+        lambda: model.init_with_output(rngs, *args, deterministic=False)
+    )()
+    specs = nn.get_partition_spec(variables["params"])
     assert specs["layers"]["attention"]["q"] == P("layers", "embed", "heads", "kv")
     assert specs["layers"]["ffn"]["layer_1"]["kernel"] == P("layers", "embed", "mlp")
     assert specs["word_embedding"]["embedding"] == P("vocab", "embed")
     assert specs["rel_biases"]["r_w_bias"] == P("heads", "kv")
-    params = nn.unbox(boxed)
+    params = nn.unbox(variables["params"])
     assert "rel_biases" not in params["layers"]["attention"]
     assert params["layers"]["attention"]["q"].shape == (2, 32, 4, 8)
+    assert params["layers"]["attention"]["q"].dtype == jnp.float32
     assert abs(params["layers"]["attention"]["k"].std() - 0.02) < 0.003
-    assert (params["layers"]["ffn"]["layer_norm"]["scale"] == 1).all() and (
-        params["lm_bias"] == 0
-    ).all()
-
-
-def test_remat_and_depth_do_not_change_the_program():
-    """remat gives the same numbers; the traced program does not grow with n_layer (scan)."""
-    config = ModelConfig(**SMALL, d_head=8, mem_len=4)
-    boxed, forward = _tiny_call(config)
-    params = nn.unbox(boxed)
-    _, remat_forward = _tiny_call(dataclasses.replace(config, remat=True))
-    np.testing.assert_allclose(forward(params)[0], remat_forward(params)[0], atol=1e-6)
-    grads = jax.grad(lambda p: remat_forward(p, jax.random.key(1))[0].sum())(params)
-    assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
-
-    def program_size(n_layer):
-        deep_params, deep_forward = _tiny_call(dataclasses.replace(config, n_layer=n_layer))
-        return len(jax.make_jaxpr(deep_forward)(nn.unbox(deep_params)).eqns)
-
-    assert program_size(2) == program_size(6)
-
-
-def test_dropout_and_bfloat16_run():
-    config = ModelConfig(**SMALL, d_head=8, dtype="bfloat16", mem_len=4)
-    params, forward = _tiny_call(config)
-    logits, new_mems = forward(nn.unbox(params), jax.random.key(1))
+    assert (params["layers"]["ffn"]["layer_norm"]["scale"] == 1).all()
+    assert (params["lm_bias"] == 0).all()
     assert logits.dtype == jnp.float32 and new_mems.dtype == jnp.float32
     assert logits.shape == (2, 2, 64) and new_mems.shape == (2, 2, 4, 32)
     assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_remat_same_gradients_and_depth_same_program():
+    """remat changes no gradient; the compiled program does not grow with n_layer (scan)."""
+    config = ModelConfig(**SMALL, d_head=8, mem_len=4)
+    args, params = _model_inputs(config), random_params(config)
+
+    def grad_fn(cfg):
+        def loss(p):
+            return XLNetLM(cfg).apply({"params": p}, *args, deterministic=True)[0].sum()
+
+        return jax.jit(jax.grad(loss))
+
+    plain = grad_fn(config)(params)
+    remat = grad_fn(dataclasses.replace(config, remat=True))(params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), plain, remat)
+
+    def program_lines(n_layer):
+        deep = dataclasses.replace(config, n_layer=n_layer)
+        deep_args = _model_inputs(deep)
+        forward = jax.jit(
+            lambda p: XLNetLM(deep).apply({"params": p}, *deep_args, deterministic=True)
+        )
+        return forward.lower(param_shapes(deep)).as_text().count("\n")
+
+    assert program_lines(2) == program_lines(6)

@@ -1,0 +1,182 @@
+"""HF import/export round trips (checked with the real transformers class) and their errors."""
+
+import dataclasses
+import json
+import shutil
+import sys
+
+import flax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from xlnet_jax import hf
+from xlnet_jax.config import ModelConfig
+
+HF_SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64, mem_len=8, reuse_len=4)
+
+
+def _hf_inputs(seed: int = 0) -> dict:
+    """A small HF-convention batch: 2 rows of 8 tokens, predicting the last 2 with no peeking."""
+    rng = np.random.default_rng(seed)
+    perm_mask = np.zeros((2, 8, 8), np.float32)
+    perm_mask[:, :, 6:] = 1.0
+    target_mapping = np.zeros((2, 2, 8), np.float32)
+    target_mapping[:, [0, 1], [6, 7]] = 1.0
+    return dict(
+        input_ids=rng.integers(0, 64, (2, 8)),
+        token_type_ids=np.repeat([[0, 0, 0, 1, 1, 1, 1, 2]], 2, axis=0),
+        perm_mask=perm_mask,
+        target_mapping=target_mapping,
+    )
+
+
+def _hf_logits(model: transformers.XLNetLMHeadModel, inputs: dict) -> np.ndarray:
+    with torch.no_grad():
+        return model(**{k: torch.tensor(v) for k, v in inputs.items()}).logits.numpy()
+
+
+def _assert_same_tree(a: dict, b: dict) -> None:
+    flat_a, flat_b = (flax.traverse_util.flatten_dict(t, sep="/") for t in (a, b))
+    assert flat_a.keys() == flat_b.keys()
+    for key in flat_a:
+        np.testing.assert_array_equal(flat_a[key], flat_b[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """An HF XLNetLMHeadModel directory (random weights) and the model itself."""
+    torch.manual_seed(0)
+    model = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**HF_SMALL, dropatt=0.05)).eval()
+    path = tmp_path_factory.mktemp("hf")
+    model.save_pretrained(path)
+    return path, model
+
+
+def test_import_export_import_is_identical_and_hf_reloads_it(hf_dir, tmp_path):
+    src, model = hf_dir
+    config, params = hf.load_hf(src)
+    assert config == ModelConfig(**{**HF_SMALL, "d_head": 8}, dropatt=0.05)
+    hf.save_hf(tmp_path, config, params)
+    config2, params2 = hf.load_hf(tmp_path)
+    assert config2 == config
+    _assert_same_tree(params, params2)
+
+    reloaded = transformers.XLNetLMHeadModel.from_pretrained(tmp_path).eval()
+    for name, tensor in model.state_dict().items():
+        np.testing.assert_array_equal(
+            reloaded.state_dict()[name].numpy(), tensor.numpy(), err_msg=name
+        )
+    inputs = _hf_inputs()
+    np.testing.assert_array_equal(_hf_logits(reloaded, inputs), _hf_logits(model, inputs))
+    ours, _ = hf.hf_forward(config, params, **inputs)
+    np.testing.assert_allclose(ours, _hf_logits(model, inputs), atol=1e-4)
+
+
+def test_pytorch_bin_import_matches_safetensors(hf_dir, tmp_path):
+    src, model = hf_dir
+    shutil.copy(src / "config.json", tmp_path / "config.json")
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    _assert_same_tree(hf.load_hf(tmp_path)[1], hf.load_hf(src)[1])
+
+
+def test_params_dir_and_cli_functions_round_trip(hf_dir, tmp_path):
+    src, model = hf_dir
+    config = hf.import_hf(src, tmp_path / "ours")
+    loaded_config, params = hf.load_params_dir(tmp_path / "ours")
+    assert loaded_config == config
+    _assert_same_tree(params, hf.load_hf(src)[1])
+    assert hf.export_hf(tmp_path / "ours", tmp_path / "back") == config
+    reloaded = transformers.XLNetLMHeadModel.from_pretrained(tmp_path / "back").eval()
+    np.testing.assert_array_equal(
+        _hf_logits(reloaded, _hf_inputs()), _hf_logits(model, _hf_inputs())
+    )
+
+
+def test_shared_biases_replicate_on_export_and_fold_on_import(tmp_path):
+    config = ModelConfig(**{**HF_SMALL, "d_head": 8}, untie_r=False)
+    rng = np.random.default_rng(0)
+    params = {
+        k: rng.normal(size=s.shape).astype(np.float32)
+        for k, s in flax.traverse_util.flatten_dict(hf.param_shapes(config), sep="/").items()
+    }
+    params = flax.traverse_util.unflatten_dict(params, sep="/")
+    hf.save_params_dir(tmp_path / "ours", config, params)
+    hf.export_hf(tmp_path / "ours", tmp_path / "hf")
+    untied_config, untied = hf.load_hf(tmp_path / "hf")
+    assert untied_config == dataclasses.replace(config, untie_r=True)
+    np.testing.assert_array_equal(
+        untied["layers"]["attention"]["rel_biases"]["r_s_bias"][1], params["rel_biases"]["r_s_bias"]
+    )
+    state = hf.params_to_hf(untied_config, untied)
+    _assert_same_tree(hf.params_from_hf(state, config), params)
+    state["transformer.layer.1.rel_attn.r_w_bias"] = (
+        state["transformer.layer.1.rel_attn.r_w_bias"] + 1
+    )
+    with pytest.raises(ValueError, match="r_w_bias"):
+        hf.params_from_hf(state, config)
+
+
+def _edited_copy(src, dst, **changes):
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**config, **changes}))
+    return dst
+
+
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        (dict(attn_type="uni"), "attn_type"),
+        (dict(same_length=True), "same_length"),
+        (dict(ff_activation="gelu_new"), "ff_activation"),
+        (dict(d_head=4), "d_head"),
+    ],
+)
+def test_unsupported_hf_configs_are_rejected(hf_dir, tmp_path, changes, field):
+    with pytest.raises(ValueError, match=field):
+        hf.load_hf(_edited_copy(hf_dir[0], tmp_path / "edited", **changes))
+
+
+def test_missing_files_and_keys_name_the_path(hf_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        hf.load_hf(tmp_path)
+    shutil.copy(hf_dir[0] / "config.json", tmp_path / "config.json")
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        hf.load_hf(tmp_path)
+    state = hf.params_to_hf(*hf.load_hf(hf_dir[0]))
+    del state["transformer.layer.1.ff.layer_2.bias"]
+    with pytest.raises(ValueError, match="layer_2.bias"):
+        hf.params_from_hf(state, hf.load_hf(hf_dir[0])[0])
+    fields = dataclasses.asdict(hf.load_hf(hf_dir[0])[0])
+    (tmp_path / "config.json").write_text(json.dumps({**fields, "n_token": 64}))
+    with pytest.raises(ValueError, match="unknown ModelConfig fields"):
+        hf.load_params_dir(tmp_path)
+
+
+def test_pytorch_bin_without_torch_says_so(hf_dir, tmp_path, monkeypatch):
+    shutil.copy(hf_dir[0] / "config.json", tmp_path / "config.json")
+    torch.save(hf_dir[1].state_dict(), tmp_path / "pytorch_model.bin")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ImportError, match="needs torch"):
+        hf.load_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argument,value",
+    [
+        ("input_ids", np.zeros(8, np.int64)),
+        ("token_type_ids", np.zeros((2, 7), np.int64)),
+        ("perm_mask", np.zeros((2, 8, 7), np.float32)),
+        ("target_mapping", np.zeros((2, 2, 7), np.float32)),
+        ("target_mapping", np.full((2, 2, 8), 0.5, np.float32)),
+        ("mems", [np.zeros((3, 2, 32), np.float32)]),
+        ("mems", [np.zeros((3, 2, 16), np.float32)] * 2),
+    ],
+)
+def test_hf_forward_rejects_bad_shapes(hf_dir, argument, value):
+    config, params = hf.load_hf(hf_dir[0])
+    inputs = {**_hf_inputs(), argument: value}
+    with pytest.raises(ValueError, match=argument):
+        hf.hf_forward(config, params, **inputs)
