@@ -1,1 +1,15 @@
-"""Data side: tokenizer, corpus preparation and the recurrent batch streams."""
+"""Data side: tokenizer, corpus preparation and the recurrent batch streams.
+
+Text flows one way, one module per step:
+  sources.py         inputs: text files and globs, a local tfds text dataset, or
+                     builtin_corpus.py (the stdlib's docstrings)
+  normalize.py       the original XLNet text normalisation
+  tokenizer.py       SentencePiece with XLNet's special ids; training, checks, encoding
+  prepare.py         prepare_corpus(): the three passes, writing a corpus directory
+  tfds_builder.py    the corpus as a tfds array_record dataset (no tensorflow)
+  manifest.py        manifest.json, load_manifest(), manifest_fingerprint()
+  corpus.py          a split as flat token / sentence-start arrays, cached as .npy
+  streams.py         StreamBatcher: the batch of any step as a pure function of it
+Errors the user can fix are errors.DataError. Imports are per module (this package
+imports nothing), so tokenizer worker processes start without tfds.
+"""

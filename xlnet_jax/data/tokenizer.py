@@ -144,7 +144,7 @@ def encode_documents(docs: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray
     Sentences that encode to nothing are dropped; a document left empty gives empty arrays.
     """
     flat = [s for doc in docs for s in doc]
-    encoded = _worker_sp.encode(flat)
+    encoded = _worker_sp.encode(flat, num_threads=1)  # parallel across processes instead
     out, i = [], 0
     for doc in docs:
         pieces = [ids for ids in encoded[i : i + len(doc)] if ids]
