@@ -310,3 +310,22 @@ GOOD = plm.PLMConfig(512, 256, 85, 256, 6, 1, 5)
 def test_validation_names_the_field(field, changes):
     with pytest.raises(ValueError, match=f"^{field}:"):
         plm.validate_plm_config(dataclasses.replace(GOOD, **changes))
+
+
+def test_same_sample_when_the_batch_is_sharded():
+    # An Auto-axes mesh, as sharding.make_mesh builds (Explicit axes are not supported).
+    cfg = CONFIGS[0]
+    ids, ws, func = make_rows(np.random.default_rng(20), cfg, 8)
+    backward = np.arange(8) % 2 == 1
+    mesh = jax.make_mesh((8,), ("data",), (jax.sharding.AxisType.Auto,))
+    rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    sharded = jax.device_put((ids, ws, func, backward), rows)
+    with jax.set_mesh(mesh):
+        a = plm.sample_plm(jax.random.key(21), *sharded, cfg)
+        mask = plm.perm_mask(a, sharded[2], cfg.reuse_len)
+    b = sample(cfg, 21, ids, ws, func, backward)
+    assert a.ranks.sharding.spec[0] == "data"
+    for x, y in zip(jax.device_get(a), b, strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert mask.sharding.spec[0] == "data"
+    np.testing.assert_array_equal(mask, plm.perm_mask(b, func, cfg.reuse_len))

@@ -163,7 +163,14 @@ def _local_ranks(words: jax.Array, seq_len: int, perm_size: int) -> jax.Array:
     return (pos // perm_size) * perm_size + sigma[pos % perm_size]
 
 
-def _sample_row(key, input_ids, is_word_start, is_functional, is_backward, cfg):
+def _sample_row(
+    key: jax.Array,
+    input_ids: jax.Array,
+    is_word_start: jax.Array,
+    is_functional: jax.Array,
+    is_backward: jax.Array,
+    cfg: PLMConfig,
+) -> PLMSample:
     """PLMSample fields (unbatched) of one row from its own key (one threefry call)."""
     words = jax.random.bits(key, (_num_row_words(cfg),), jnp.uint32)
     is_target = _row_targets(
@@ -205,10 +212,15 @@ def sample_plm(
     validate_plm_config(cfg)
     if input_ids.shape[-1] != cfg.seq_len:
         raise ValueError(f"seq_len: {cfg.seq_len} != input length {input_ids.shape[-1]}")
-    rows = jnp.arange(input_ids.shape[0])
-    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, rows)
-    sample_row = functools.partial(_sample_row, cfg=cfg)
-    return jax.vmap(sample_row)(keys, input_ids, is_word_start, is_functional, is_backward)
+
+    def sample_row(*row_inputs):
+        # The row index comes from the vmap axis, so it follows the inputs' sharding.
+        row_key = jax.random.fold_in(key, jax.lax.axis_index("rows"))
+        return _sample_row(row_key, *row_inputs, cfg)
+
+    return jax.vmap(sample_row, axis_name="rows")(
+        input_ids, is_word_start, is_functional, is_backward
+    )
 
 
 @functools.partial(jax.jit, static_argnames="reuse_len")
