@@ -103,18 +103,16 @@ def prepare_corpus(
         else:
             with open(model_path, "wb") as f:
                 f.write(model_bytes)
-        sp = tokenizer.load_processor(model_path)
         tokenize_start = time.perf_counter()
         held_out = _held_out(num_docs, validation_fraction, seed)
-        splits = _tokenize(text_path, model_path, held_out, tmp, num_workers or _cores())
+        buffers = _tokenize(text_path, model_path, held_out, tmp, num_workers or _cores())
+        buffers = {name: buf for name, buf in buffers.items() if buf.num_docs}
         tokenize_seconds = time.perf_counter() - tokenize_start
-        tfds_builder.write_dataset(
-            out_dir, {name: buf.documents for name, buf in splits.items() if buf.num_docs}
-        )
+        tfds_builder.write_dataset(out_dir, {name: buf.documents for name, buf in buffers.items()})
         manifest = Manifest(
             path=out_dir,
             format_version=FORMAT_VERSION,
-            vocab_size=sp.get_piece_size(),
+            vocab_size=tokenizer.load_processor(model_path).get_piece_size(),
             special_ids=dict(tokenizer.SPECIAL_IDS),
             tokenizer={
                 "file": TOKENIZER_FILE,
@@ -123,29 +121,34 @@ def prepare_corpus(
             },
             normalization=normalization_options(uncased),
             inputs=[i.record for i in inputs_],
-            splits={name: buf.counts() for name, buf in splits.items() if buf.num_docs},
+            splits={name: buf.counts() for name, buf in buffers.items()},
             validation_fraction=validation_fraction,
             seed=seed,
             dataset={"name": tfds_builder.NAME, "version": tfds_builder.VERSION},
-            stats={},
-        )
-        total = sum(s["tokens"] for s in manifest.splits.values())
-        seconds = time.perf_counter() - start
-        manifest.stats.update(
-            seconds=round(seconds, 3),
-            tokens_per_second=round(total / seconds),
-            tokenize_tokens_per_second=round(total / tokenize_seconds),
+            stats=_stats(buffers, time.perf_counter() - start, tokenize_seconds),
         )
         save_manifest(manifest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     counts = ", ".join(f"{s['tokens']:,} {name}" for name, s in manifest.splits.items())
     print(
-        f"Prepared {out_dir}: {total:,} tokens ({counts}) in {seconds:.1f} s, "
-        f"{total / seconds:,.0f} tokens/s (tokenizing {total / tokenize_seconds:,.0f} tokens/s).",
+        f"Prepared {out_dir}: {manifest.stats['tokens']:,} tokens ({counts}) in "
+        f"{manifest.stats['seconds']:.1f} s, {manifest.stats['tokens_per_second']:,} tokens/s "
+        f"(tokenizing {manifest.stats['tokenize_tokens_per_second']:,} tokens/s).",
         file=sys.stderr,
     )
     return manifest
+
+
+def _stats(buffers: dict, seconds: float, tokenize_seconds: float) -> dict:
+    """Timings for the manifest and the closing line (tokens include the <eod>s)."""
+    tokens = sum(buf.counts()["tokens"] for buf in buffers.values())
+    return {
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": round(tokens / seconds),
+        "tokenize_tokens_per_second": round(tokens / tokenize_seconds),
+    }
 
 
 def _read_model(path: str) -> bytes:

@@ -98,15 +98,16 @@ def load_processor(path: str) -> spm.SentencePieceProcessor:
 
 def check_special_ids(sp: spm.SentencePieceProcessor, path: str) -> None:
     """Refuses a model whose special pieces are not at the ids XLNet expects."""
-    wrong = [
-        f"{piece} is {sp.piece_to_id(piece) if sp.piece_to_id(piece) != sp.unk_id() else 'absent'}"
-        f" (expected {i})"
-        for piece, i in SPECIAL_IDS.items()
-        if i >= sp.get_piece_size() or sp.id_to_piece(i) != piece
-    ]
+    wrong = []
+    for piece, expected in SPECIAL_IDS.items():
+        actual = sp.piece_to_id(piece)  # unknown pieces map to <unk>'s id
+        if actual != expected:
+            absent = actual == sp.unk_id() and piece != "<unk>"
+            wrong.append(f"{piece} is {'absent' if absent else actual}")
     if wrong:
         raise DataError(
-            f"{path}: special pieces are not at XLNet's ids: {'; '.join(wrong)}. Train a model "
+            f"{path}: special pieces are not at XLNet's ids ({SPECIAL_IDS}): {'; '.join(wrong)}. "
+            "Train a model "
             "with `xlnet-jax prepare` (no --spm_model), or retrain yours with "
             "unk_id=0 bos_id=1 eos_id=2 pad_id=-1 control_symbols=<cls>,<sep>,<pad>,<mask>,<eod> "
             "user_defined_symbols=<eop>."
