@@ -156,8 +156,8 @@ def _num_row_words(cfg: PLMConfig) -> int:
 
 def _local_ranks(words: jax.Array, seq_len: int, perm_size: int) -> jax.Array:
     """int32 [L]: one random permutation of perm_size (the sort order of perm_size random
-    words) applied to every perm_size block, offset by the block start, so earlier blocks
-    rank before later ones."""
+    words; a tie, p ~ perm_size**2 / 2**33, goes to the lower position) applied to every
+    perm_size block, offset by the block start, so earlier blocks rank before later ones."""
     sigma = jnp.argsort(words).astype(jnp.int32)
     pos = jnp.arange(seq_len, dtype=jnp.int32)
     return (pos // perm_size) * perm_size + sigma[pos % perm_size]
