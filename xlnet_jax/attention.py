@@ -136,7 +136,7 @@ class TwoStreamRelativeAttention(nn.Module):
         )
         attn_dropout = nn.Dropout(cfg.dropatt)
         hidden_dropout = nn.Dropout(cfg.dropout)
-        head_axes = ("batch", "length", "heads", "kv")
+        head_axes = ("batch", "length", "heads", "kv")  # keys span memory and segment
 
         keys_in = jnp.concatenate([mem.astype(dtype), h], axis=1)
         k = nn.with_logical_constraint(jnp.einsum("bkd,dnh->bknh", keys_in, w_k), head_axes)
@@ -144,9 +144,10 @@ class TwoStreamRelativeAttention(nn.Module):
         k_r = jnp.einsum("brd,dnh->brnh", pos_emb, w_r)
         num_keys, seg_len = k.shape[1], h.shape[1]
 
-        def attend(x: jax.Array, rows: QueryRows) -> jax.Array:
+        def attend(x: jax.Array, rows: QueryRows, rows_axis: str) -> jax.Array:
             """Attention of the query rows x [B, Q, D] over all keys; returns [B, Q, D]."""
-            q = nn.with_logical_constraint(jnp.einsum("bqd,dnh->bqnh", x, w_q), head_axes)
+            q = jnp.einsum("bqd,dnh->bqnh", x, w_q)
+            q = nn.with_logical_constraint(q, ("batch", rows_axis, "heads", "kv"))
             f32 = jnp.float32
             content_score = jnp.einsum(
                 "bqnh,bknh->bnqk", q + r_w_bias, k, preferred_element_type=f32
@@ -170,4 +171,4 @@ class TwoStreamRelativeAttention(nn.Module):
             out = hidden_dropout(out, deterministic=self.deterministic)
             return layer_norm(out + x)
 
-        return attend(h, content), attend(g, query)
+        return attend(h, content, "length"), attend(g, query, "targets")

@@ -9,7 +9,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from xlnet_jax.attention import RelativeBiases, TwoStreamRelativeAttention, query_rows
+from xlnet_jax.attention import (
+    QueryRows,
+    RelativeBiases,
+    TwoStreamRelativeAttention,
+    logical_param,
+    query_rows,
+)
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.position import default_backward_rows, relative_positional_encoding
 
@@ -54,6 +60,27 @@ def update_memory(
     return jax.lax.stop_gradient(joined[:, joined.shape[1] - keep :])
 
 
+class TiedEmbedding(nn.Module):
+    """The word embedding [vocab, D], also the output matrix of the LM head (tied, as XLNet)."""
+
+    config: ModelConfig
+
+    def setup(self):
+        init = nn.initializers.normal(self.config.initializer_range)
+        shape = (self.config.vocab_size, self.config.d_model)
+        self.embedding = logical_param(self, "embedding", init, shape, ("vocab", "embed"))
+
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        """ids int [B, L] -> float32 [B, L, D]."""
+        # Gather the table over the FSDP axis before the lookup (whose output is batch-sharded
+        # on it); otherwise the partitioner falls back to replicating the lookup's result.
+        return jnp.take(nn.with_logical_constraint(self.embedding, ("vocab", None)), ids, axis=0)
+
+    def attend(self, x: jax.Array) -> jax.Array:
+        """x [B, P, D] -> float32 logits [B, P, vocab] (without the bias)."""
+        return jnp.einsum("bpd,vd->bpv", x.astype(jnp.float32), self.embedding)
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward block with residual and post-LayerNorm."""
 
@@ -90,20 +117,42 @@ class FeedForward(nn.Module):
         )(y + x)
 
 
+def _stream_rows(perm_mask, seg_ids, target_pos, mem_len) -> tuple[QueryRows, QueryRows]:
+    """The query rows of the content stream (every position, sees itself) and of the query
+    stream (the targets, perm_mask rows as they are)."""
+    batch, length = seg_ids.shape
+    positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+    content = query_rows(positions, perm_mask & ~jnp.eye(length, dtype=bool), seg_ids, mem_len)
+    target_rows = jnp.take_along_axis(perm_mask, target_pos[:, :, None], axis=1)
+    return content, query_rows(target_pos, target_rows, seg_ids, mem_len)
+
+
 class XLNetLayer(nn.Module):
-    """One layer for both streams; the scan body (carry (h, g), scanned-in memory, out new memory)."""
+    """One layer of both streams: the body of the layer scan.
+
+    Attributes:
+      config: the model config.
+      deterministic: disables dropout and dropatt.
+    """
 
     config: ModelConfig
     deterministic: bool
 
     @nn.compact
     def __call__(self, carry, mem, pos_emb, content, query, shared_biases):
-        """Args: carry (h [B,L,D], g [B,P,D]); mem [B,M,D] float32; the rest as in attention.
+        """Runs one layer.
 
-        Returns: ((h, g) of the next layer, this layer's new memory [B, mem_len, D]).
+        Args:
+          carry: (h [B, L, D], g [B, P, D]), the layer's content and query stream inputs.
+          mem: float32 [B, M, D], this layer's memory (scanned over layers).
+          pos_emb, content, query, shared_biases: as TwoStreamRelativeAttention (broadcast).
+
+        Returns:
+          ((h, g) of the next layer, this layer's new memory [B, mem_len', D]).
         """
         cfg = self.config
         h, g = carry
+        mem = nn.with_logical_constraint(mem, ("batch", "mem_length", "embed"))
         new_mem = update_memory(mem, h, cfg.reuse_len, cfg.mem_len)
         h, g = TwoStreamRelativeAttention(cfg, self.deterministic, name="attention")(
             h, g, mem, pos_emb, content, query, shared_biases
@@ -191,21 +240,10 @@ class XLNetLM(nn.Module):
         init = nn.initializers.normal(cfg.initializer_range)
         dropout = nn.Dropout(cfg.dropout)
 
-        word_embedding = nn.Embed(
-            cfg.vocab_size,
-            cfg.d_model,
-            embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")),
-            name="word_embedding",
-        )
-        mask_emb = self.param(
-            "mask_emb",
-            nn.with_logical_partitioning(init, (None, None, "embed")),
-            (1, 1, cfg.d_model),
-        )
-        lm_bias = self.param(
-            "lm_bias",
-            nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,),
+        word_embedding = TiedEmbedding(cfg, name="word_embedding")
+        mask_emb = logical_param(self, "mask_emb", init, (1, 1, cfg.d_model), (None, None, "embed"))
+        lm_bias = logical_param(
+            self, "lm_bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",)
         )
 
         h = dropout(word_embedding(input_ids), deterministic=deterministic).astype(dtype)
@@ -225,12 +263,7 @@ class XLNetLM(nn.Module):
         )
         pos_emb = dropout(pos_emb, deterministic=deterministic).astype(dtype)
 
-        perm_mask = perm_mask.astype(bool)
-        seg_pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
-        content = query_rows(seg_pos, perm_mask & ~jnp.eye(length, dtype=bool), seg_ids, mem_len)
-        target_rows = jnp.take_along_axis(perm_mask, target_pos[:, :, None], axis=1)
-        query = query_rows(target_pos, target_rows, seg_ids, mem_len)
-
+        content, query = _stream_rows(perm_mask.astype(bool), seg_ids, target_pos, mem_len)
         shared_biases = None if cfg.untie_r else RelativeBiases(cfg, name="rel_biases")()
         layer_cls = nn.remat(XLNetLayer, prevent_cse=False) if cfg.remat else XLNetLayer
         layers = nn.scan(
@@ -245,7 +278,8 @@ class XLNetLM(nn.Module):
         (_, g), new_mems = layers((h, g), mems, pos_emb, content, query, shared_biases)
 
         g = dropout(g, deterministic=deterministic)
-        logits = word_embedding.attend(g.astype(jnp.float32)) + lm_bias
+        logits = word_embedding.attend(g) + lm_bias
+        logits = nn.with_logical_constraint(logits, ("batch", "targets", "vocab"))
         return logits, nn.with_logical_constraint(
             new_mems, ("layers", "batch", "mem_length", "embed")
         )
