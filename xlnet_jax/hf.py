@@ -8,10 +8,11 @@ Two on-disk formats:
     layers on the leading axis). Plain safetensors: no pickle, readable without JAX.
 
 Differences from HF that a round trip settles: HF has one dropout for hidden states and
-attention probabilities (we write and read our `dropatt` as an extra config key) and always
-per-layer r_w/r_r/r_s biases (with untie_r=False we replicate the shared set on export and
-require identical per-layer sets on import). HF's mem_len None/0 means "keep everything"; ours
-0 means no memory, so hf_forward returns empty memories there.
+attention probabilities (we write and read our `dropatt` as an extra config key). HF biases
+r_w/r_r/r_s are always per layer: with untie_r=False we replicate the shared set on export;
+load_hf gives untie_r=True, and params_from_hf folds identical per-layer sets back into one.
+HF's mem_len None/0 means "keep everything"; ours 0 means no memory, so hf_forward returns
+empty memories there.
 """
 
 import dataclasses
@@ -20,11 +21,12 @@ import json
 import pathlib
 from collections.abc import Mapping, Sequence
 
-import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
+from flax import traverse_util
 
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.model import XLNetLM, validate_model_config
@@ -73,13 +75,13 @@ def param_shapes(config: ModelConfig) -> Params:
     abstract = jax.eval_shape(
         lambda: model.init(jax.random.key(0), *_example_inputs(config), deterministic=True)
     )
-    return flax.linen.unbox(abstract)["params"]
+    return nn.unbox(abstract)["params"]
 
 
 def _check_tree(config: ModelConfig, params: Params, source: str) -> None:
     """Raises ValueError if `params` does not have exactly the structure and shapes of the model."""
-    expected = flax.traverse_util.flatten_dict(param_shapes(config), sep="/")
-    got = flax.traverse_util.flatten_dict(params, sep="/")
+    expected = traverse_util.flatten_dict(param_shapes(config), sep="/")
+    got = traverse_util.flatten_dict(params, sep="/")
     if expected.keys() != got.keys():
         missing, extra = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
         raise ValueError(
@@ -221,7 +223,7 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: ModelConfig) -> Para
 
 
 def params_to_hf(config: ModelConfig, params: Params) -> dict[str, np.ndarray]:
-    """The HF XLNetLMHeadModel state dict of our parameters (lm_loss.weight is tied, not written)."""
+    """The HF XLNetLMHeadModel state dict of our params (lm_loss.weight is tied: not written)."""
     _check_tree(config, params, "params")
     params = jax.device_get(params)
     state = {key: np.asarray(_get(params, path)) for key, path in _TOP_KEYS.items()}
@@ -286,7 +288,7 @@ def save_params_dir(path: str | pathlib.Path, config: ModelConfig, params: Param
     """Writes our model directory: config.json (ModelConfig fields) + params.safetensors."""
     path = pathlib.Path(path)
     _check_tree(config, params, "params")
-    flat = flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
+    flat = traverse_util.flatten_dict(jax.device_get(params), sep="/")
     path.mkdir(parents=True, exist_ok=True)
     (path / _CONFIG).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
     safetensors.numpy.save_file(
@@ -304,7 +306,7 @@ def load_params_dir(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
     config = ModelConfig(**fields)
     if not (path / _PARAMS).exists():
         raise FileNotFoundError(f"{path / _PARAMS} not found")
-    params = flax.traverse_util.unflatten_dict(safetensors.numpy.load_file(path / _PARAMS), sep="/")
+    params = traverse_util.unflatten_dict(safetensors.numpy.load_file(path / _PARAMS), sep="/")
     _check_tree(config, params, str(path / _PARAMS))
     return config, params
 
@@ -380,23 +382,19 @@ def hf_forward(
         or (target_mapping.sum(-1) != 1).any()
     ):
         raise ValueError("target_mapping must be one-hot: exactly one 1 per [batch, predict] row")
-    if mems is None:
-        stacked = np.zeros((config.n_layer, batch, 0, config.d_model), np.float32)
-    else:
-        if len(mems) != config.n_layer:
-            raise ValueError(
-                f"mems must be a list of n_layer={config.n_layer} arrays, got {len(mems)}"
-            )
-        shapes = {np.shape(m) for m in mems}
-        if (
-            len(shapes) != 1
-            or len(next(iter(shapes))) != 3
-            or next(iter(shapes))[1:] != (batch, config.d_model)
-        ):
-            raise ValueError(
-                f"mems must all be [mem_len, {batch}, {config.d_model}], got shapes {shapes}"
-            )
-        stacked = np.stack([np.asarray(m, np.float32) for m in mems]).transpose(0, 2, 1, 3)
+    mems = (
+        [np.zeros((0, batch, config.d_model), np.float32)] * config.n_layer
+        if mems is None
+        else mems
+    )
+    shapes = [np.shape(m) for m in mems]
+    layer_shape = (shapes[0][0] if shapes and shapes[0] else 0, batch, config.d_model)
+    if len(mems) != config.n_layer or any(shape != layer_shape for shape in shapes):
+        raise ValueError(
+            f"mems must be a list of n_layer={config.n_layer} arrays [mem_len, {batch}, "
+            f"{config.d_model}], got shapes {shapes}"
+        )
+    stacked = np.stack([np.asarray(m, np.float32) for m in mems]).transpose(0, 2, 1, 3)
     logits, new_mems = _apply(
         config,
         params,
