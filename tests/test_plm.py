@@ -239,7 +239,12 @@ def slow_perm_mask(ranks, is_target, is_functional, reuse_len):
             for j in range(L):
                 ordered_j = is_target[b, j] or is_functional[b, j]
                 later = self_rank <= ranks[b, j] and ordered_j
-                out[b, i, j] = later or (i < reuse_len <= j)
+                if i < reuse_len <= j:  # the reuse block never sees the new block
+                    out[b, i, j] = True
+                elif j < reuse_len <= i:  # the new block sees the whole reuse block
+                    out[b, i, j] = False
+                else:
+                    out[b, i, j] = later
     return out
 
 

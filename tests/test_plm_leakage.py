@@ -1,7 +1,7 @@
 """End to end with the model: a PLM sample's masks let no information leak.
 
 The per-position input embeddings are perturbed through a Flax method interceptor on the
-word-embedding lookup (`nn.Embed.__call__`); the tied output projection (`attend`) is left
+word-embedding lookup (`TiedEmbedding.__call__`); the tied output projection (`attend`) is left
 alone, so gradients w.r.t. the perturbation are exactly the gradients w.r.t. each
 position's input embedding.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from xlnet_jax import plm
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.model import TiedEmbedding, XLNetLM
 
 PLM = plm.PLMConfig(
     seq_len=32, reuse_len=16, num_predict=6, perm_size=8, mask_alpha=2, mask_beta=1, max_span=3
@@ -59,7 +59,7 @@ def embed_with_offset(offset):
 
     def interceptor(next_fun, args, kwargs, context):
         out = next_fun(*args, **kwargs)
-        if isinstance(context.module, nn.Embed) and context.method_name == "__call__":
+        if isinstance(context.module, TiedEmbedding) and context.method_name == "__call__":
             out = out + offset
         return out
 

@@ -14,13 +14,14 @@ row, applied to every consecutive block of perm_size positions, so ranks grow bl
 block and the reuse block is ordered before the new block. Tokens that are neither targets
 nor functional get rank -1: they come first, everyone sees them and they see no target.
 
-Mask (True = query i may NOT attend key j):
-  perm_mask[i, j] = (self_rank[i] <= rank[j] and j is a target or functional token)
-                    or (i in the reuse block and j in the new block),
+Mask (True = query i may NOT attend key j), as the original builds it block by block:
+  within a block: perm_mask[i, j] = self_rank[i] <= rank[j] and j is a target or
+                  functional token;
+  across blocks:  the reuse block sees nothing of the new block (True), and the new
+                  block sees all of the reuse block (False), because the reuse block is
+                  earlier in the factorization order;
 with self_rank = rank for targets (a target never sees itself: query stream) and
 rank + 1 otherwise. The content stream uses perm_mask & ~eye; memory is always visible.
-Unlike the original, whose new block sees the whole reuse block, a non-target of the new
-block (rank -1) does not see reuse-block targets here: one global order for the row.
 """
 
 import dataclasses
@@ -233,7 +234,8 @@ def perm_mask(sample: PLMSample, is_functional: jax.Array, reuse_len: int) -> ja
     ranks = sample.ranks
     ordered = sample.is_target | is_functional
     self_rank = jnp.where(sample.is_target, ranks, ranks + 1)
-    mask = (self_rank[:, :, None] <= ranks[:, None, :]) & ordered[:, None, :]
-    pos = jnp.arange(ranks.shape[-1])
-    reuse_to_new = (pos[:, None] < reuse_len) & (pos[None, :] >= reuse_len)
-    return mask | reuse_to_new[None]
+    later = (self_rank[:, :, None] <= ranks[:, None, :]) & ordered[:, None, :]
+    in_reuse = jnp.arange(ranks.shape[-1]) < reuse_len
+    # Rows of the reuse block: blocked from the whole new block. Rows of the new block:
+    # the whole reuse block is visible.
+    return jnp.where(in_reuse[:, None], later | ~in_reuse[None, :], later & ~in_reuse[None, :])

@@ -8,6 +8,7 @@ functions of (seed, step). SIGTERM saves at the next step boundary and exits cle
 import concurrent.futures
 import functools
 import logging
+import os
 import signal
 import time
 
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
 from xlnet_jax import flops, optim, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer, make_meta
@@ -35,19 +37,33 @@ class NonFiniteError(RuntimeError):
     """A step produced a non-finite loss or gradient under nonfinite_policy='halt'."""
 
 
-class _SigtermFlag:
-    """Turns SIGTERM into a flag the loop checks at each step boundary."""
+class _Preemption:
+    """Whether to save and stop at this step boundary, after a SIGTERM.
+
+    One process: a Python SIGTERM handler sets a flag. Several processes: JAX's preemption
+    service (started by jax.distributed) catches SIGTERM on any host and agrees on one step
+    at which every host saves, so no collective save is left half-entered.
+    """
 
     def __init__(self):
-        self.raised = False
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._flag = False
+        self._multi_host = jax.process_count() > 1
+        self._previous = None
+        if not self._multi_host:
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame):
         del signum, frame
-        self.raised = True
+        self._flag = True
+
+    def requested(self, step: int) -> bool:
+        if self._multi_host:
+            return multihost_utils.reached_preemption_sync_point(step)
+        return self._flag
 
     def restore(self) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def make_batcher(config, corpus_dir: str, split: str, mesh) -> StreamBatcher:
@@ -143,7 +159,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     progress = ProgressLine(config.num_train_steps, enabled=primary)
     flops_per_step = flops.train_flops_per_step(config)
     tokens_per_step = config.batch_size * config.seq_len
-    sigterm = _SigtermFlag()
+    preemption = _Preemption()
+    # Fault-injection tests slow each step so that external kills land at chosen steps.
+    step_delay = float(os.environ.get("XLNET_JAX_STEP_DELAY_S", "0"))
     prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     next_batch = prefetch.submit(train_batcher.batch, start_step)
     pending, interval_start = [], time.time()
@@ -156,7 +174,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
                 state, metrics = step_fn(state, batch)
             pending.append(metrics)
             done = step + 1
-            if done % config.log_every == 0 or done == config.num_train_steps:
+            stop = preemption.requested(done)
+            if stop or done % config.log_every == 0 or done == config.num_train_steps:
                 records = jax.device_get(pending)
                 elapsed = time.time() - interval_start
                 step_time = elapsed / len(records)
@@ -183,15 +202,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
                 )
                 interval_start = time.time()
             meta = make_meta(config, fingerprint, done)
-            if sigterm.raised:
+            if stop:
                 checkpointer.save(state, meta)
                 checkpointer.wait()
                 progress.note(f"SIGTERM: saved step {done} and stopped; rerun to continue.")
                 return state
             if done % config.checkpoint_every == 0 or done == config.num_train_steps:
                 checkpointer.save(state, meta)
+            time.sleep(step_delay)
     finally:
-        sigterm.restore()
+        preemption.restore()
         prefetch.shutdown(wait=False, cancel_futures=True)
         checkpointer.close()
         writer.close()

@@ -1,0 +1,124 @@
+"""Runs `xlnet-jax train` as a real subprocess, for the resume, preemption and kill tests."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from tests import test_data_common
+from xlnet_jax.checkpoint import load_trained_params
+from xlnet_jax.metrics_writer import read_metrics
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "tests" / "train_config.py")
+# One compilation cache for the whole session: later runs of the same step skip compiling.
+CACHE = tempfile.mkdtemp(prefix="xlnet-test-xla-cache-")
+
+
+def corpus_dir() -> str:
+    return test_data_common.small_corpus()
+
+
+def environment(**extra) -> dict:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env.update(
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO),
+        XLNET_JAX_COMPILATION_CACHE=CACHE,
+        **{k: str(v) for k, v in extra.items()},
+    )
+    return env
+
+
+def train_command(workdir, *overrides, devices: int = 1) -> list[str]:
+    return [
+        sys.executable, "-m", "xlnet_jax.cli", "train",
+        "--config", CONFIG, "--workdir", str(workdir),
+        f"--num_cpu_devices={devices}",
+        f"--config.corpus_dir={corpus_dir()}",
+        *overrides,
+    ]  # fmt: skip
+
+
+def start(workdir, *overrides, step_delay: float = 0.0, devices: int = 1) -> subprocess.Popen:
+    """Starts a training run; its output goes to WORKDIR.log."""
+    pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+    log = open(f"{workdir}.log", "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        train_command(workdir, *overrides, devices=devices),
+        env=environment(XLNET_JAX_STEP_DELAY_S=step_delay),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+
+
+def run(workdir, *overrides, devices: int = 1, timeout: float = 400) -> None:
+    """Runs a training run to its end and checks it succeeded."""
+    process = start(workdir, *overrides, devices=devices)
+    assert process.wait(timeout=timeout) == 0, log_tail(workdir)
+
+
+def log_tail(workdir) -> str:
+    text = pathlib.Path(f"{workdir}.log").read_text(errors="replace")
+    return "\n".join(text.splitlines()[-30:])
+
+
+def wait_for(condition, process: subprocess.Popen, workdir, timeout: float = 400) -> None:
+    """Polls `condition` every 5 ms while the run is alive."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert process.poll() is None, "the run ended early:\n" + log_tail(workdir)
+        assert time.time() < deadline, "timed out:\n" + log_tail(workdir)
+        time.sleep(0.005)
+
+
+def checkpoint_done(workdir, step: int) -> bool:
+    """Whether step's checkpoint is finalised (orbax renames its temporary dir when done)."""
+    return (pathlib.Path(workdir) / "checkpoints" / str(step) / "_CHECKPOINT_METADATA").exists()
+
+
+def kill(process: subprocess.Popen, sig=signal.SIGKILL) -> int:
+    process.send_signal(sig)
+    return process.wait(timeout=120)
+
+
+def losses(workdir) -> dict[int, float]:
+    if not (pathlib.Path(workdir) / "metrics.jsonl").exists():
+        return {}
+    return {step: r["loss"] for step, r in read_metrics(str(workdir)).items()}
+
+
+def final_params(workdir):
+    return load_trained_params(str(workdir))[1]
+
+
+def assert_trees_equal(a, b) -> None:
+    """Bit-for-bit equality of two pytrees of arrays."""
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def checkpoint_arrays(workdir, step: int) -> dict:
+    """The raw state and memory arrays saved at `step`, read back without a target."""
+    import orbax.checkpoint as ocp
+
+    manager = ocp.CheckpointManager(
+        pathlib.Path(workdir).absolute() / "checkpoints",
+        options=ocp.CheckpointManagerOptions(read_only=True),
+        item_names=("state", "mems", "meta"),
+    )
+    restored = manager.restore(
+        step,
+        args=ocp.args.Composite(state=ocp.args.StandardRestore(), mems=ocp.args.StandardRestore()),
+    )
+    manager.close()
+    return {"state": restored["state"], "mems": restored["mems"]["mems"]}
