@@ -194,6 +194,10 @@ def _check_inputs(cfg: ModelConfig, input_ids, seg_ids, perm_mask, target_pos, m
 class XLNetLM(nn.Module):
     """XLNet with its tied LM head, computing logits at the target positions only.
 
+    The content stream runs over all L positions; the query stream (starting from `mask_emb`)
+    only over the P target rows, through the same attention function (see
+    TwoStreamRelativeAttention), so its cost is O(P * (M + L)) per layer.
+
     Attributes:
       config: the model config (validated on every call, before tracing).
     """
