@@ -1,5 +1,6 @@
 """HF import/export round trips (checked with the real transformers class) and their errors."""
 
+import copy
 import dataclasses
 import json
 import shutil
@@ -79,6 +80,16 @@ def test_pytorch_bin_import_matches_safetensors(hf_dir, tmp_path):
     shutil.copy(src / "config.json", tmp_path / "config.json")
     torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
     _assert_same_tree(hf.load_hf(tmp_path)[1], hf.load_hf(src)[1])
+
+
+def test_bfloat16_checkpoint_imports_as_float32(hf_dir, tmp_path):
+    src, model = hf_dir
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(tmp_path)
+    _, params = hf.load_hf(tmp_path)
+    q = params["layers"]["attention"]["q"]
+    assert q.dtype == np.float32
+    expected = model.transformer.layer[1].rel_attn.q.detach().to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(q[1], expected)
 
 
 def test_params_dir_and_cli_functions_round_trip(hf_dir, tmp_path):

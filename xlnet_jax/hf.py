@@ -127,7 +127,7 @@ def config_from_hf(hf: Mapping, source: str = "HF config") -> ModelConfig:
             f"{source}: d_head ({d_head}) must equal d_model // n_head ({d_model // n_head})"
         )
     config = ModelConfig(
-        vocab_size=hf["vocab_size"],
+        vocab_size=hf["vocab_size"] if "vocab_size" in hf else hf["n_token"],  # older name
         d_model=d_model,
         n_layer=hf["n_layer"],
         n_head=n_head,
@@ -244,6 +244,7 @@ def params_to_hf(config: ModelConfig, params: Params) -> dict[str, np.ndarray]:
 def _read_hf_state(path: pathlib.Path) -> dict[str, np.ndarray]:
     """The tensors of an HF directory: model.safetensors, else pytorch_model.bin (weights only)."""
     if (path / _HF_SAFETENSORS).exists():
+        # bfloat16 tensors load as ml_dtypes.bfloat16 (registered with numpy by jax's import).
         return safetensors.numpy.load_file(path / _HF_SAFETENSORS)
     if (path / _HF_TORCH).exists():
         try:
