@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from tests import test_data_common
-from xlnet_jax.checkpoint import load_trained_params
+from xlnet_jax.checkpoint import load_trained_params, read_checkpoint
 from xlnet_jax.metrics_writer import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -108,17 +108,6 @@ def assert_trees_equal(a, b) -> None:
 
 
 def checkpoint_arrays(workdir, step: int) -> dict:
-    """The raw state and memory arrays saved at `step`, read back without a target."""
-    import orbax.checkpoint as ocp
-
-    manager = ocp.CheckpointManager(
-        pathlib.Path(workdir).absolute() / "checkpoints",
-        options=ocp.CheckpointManagerOptions(read_only=True),
-        item_names=("state", "mems", "meta"),
-    )
-    restored = manager.restore(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardRestore(), mems=ocp.args.StandardRestore()),
-    )
-    manager.close()
-    return {"state": restored["state"], "mems": restored["mems"]["mems"]}
+    """The state and memory arrays saved at `step`, read onto one local device."""
+    checkpoint = read_checkpoint(str(workdir), step)
+    return {"state": checkpoint["state"], "mems": checkpoint["mems"]}

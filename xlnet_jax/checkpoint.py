@@ -186,27 +186,57 @@ class Checkpointer:
         return None
 
 
-def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict]:
-    """The config and params of a workdir's newest checkpoint, on the host (for export/eval)."""
+def read_checkpoint(workdir: str, step: int | None = None) -> dict:
+    """A checkpoint's items on this process's first device, whatever mesh saved them.
+
+    Returns {"step", "state", "mems", "meta"}; for export, inspection and tests.
+    """
     directory = pathlib.Path(workdir).absolute() / "checkpoints"
     if not directory.is_dir():
         raise CheckpointError(f"{workdir} holds no checkpoints/ directory; is it a train workdir?")
     manager = ocp.CheckpointManager(
         directory,
         options=ocp.CheckpointManagerOptions(read_only=True),
-        item_names=("state", "mems", "meta"),
+        item_handlers={
+            "state": ocp.StandardCheckpointHandler(),
+            "mems": ocp.StandardCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+        },
     )
-    step = manager.latest_step()
-    if step is None:
-        raise CheckpointError(f"{directory} holds no finished checkpoint yet.")
-    restored = manager.restore(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()),
-    )
-    manager.close()
-    config = ml_collections.ConfigDict(restored["meta"]["config"])
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"{directory} holds no finished checkpoint yet.")
+        here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        metadata = manager.item_metadata(step)
+        args = {
+            item: ocp.args.StandardRestore(
+                jax.tree.map(
+                    lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),
+                    metadata[item],
+                )
+            )
+            for item in ("state", "mems")
+        }
+        restored = manager.restore(
+            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **args)
+        )
+    finally:
+        manager.close()
+    return {
+        "step": step,
+        "state": restored["state"],
+        "mems": restored["mems"]["mems"],
+        "meta": restored["meta"],
+    }
+
+
+def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict]:
+    """The config and params of a workdir's newest checkpoint (for export and eval)."""
+    checkpoint = read_checkpoint(workdir)
+    config = ml_collections.ConfigDict(checkpoint["meta"]["config"])
     config.logical_axis_rules = tuple(
         (name, tuple(axes) if isinstance(axes, list) else axes)
         for name, axes in config.logical_axis_rules
     )
-    return config, restored["state"]["params"]
+    return config, checkpoint["state"]["params"]
