@@ -168,12 +168,12 @@ def format_report(r: CompileReport) -> str:
             f"  outputs   {r.output_bytes / GIB:8.2f} GiB per device",
             f"  temp      {r.temp_bytes / GIB:8.2f} GiB per device",
             f"  peak      {r.peak_bytes / GIB:8.2f} GiB per device",
-            f"  XLA FLOPs per step per device      {r.xla_flops:.3e}",
+            f"  XLA FLOPs per step per device      {r.xla_flops:.3e} (a scanned layer counted once)",
         ]
     lines += [
         f"  model FLOPs per step per device    {r.model_flops:.3e} (analytic)",
-        f"  roofline step time at 100% / 50% MFU: {r.step_time_at_peak:.3f} s / "
-        f"{2 * r.step_time_at_peak:.3f} s",
+        f"  roofline step time at 100% / 50% MFU: {r.step_time_at_peak * 1e3:.1f} ms / "
+        f"{2 * r.step_time_at_peak * 1e3:.1f} ms",
     ]
     if r.fits:
         lines.append(
