@@ -30,9 +30,11 @@ def _train(config, devices, num_steps=3):
         donate_argnums=0,
     )
     state, losses = init(), []
-    for t in range(num_steps):
-        state, metrics = step(state, layout.to_global(synthetic_batch(config, t), batch_shardings))
-        losses.append(float(metrics["loss"]))
+    with sharding.activate(mesh, config.logical_axis_rules):
+        for t in range(num_steps):
+            batch = layout.to_global(synthetic_batch(config, t), batch_shardings)
+            state, metrics = step(state, batch)
+            losses.append(float(metrics["loss"]))
     return losses, jax.device_get(state.params), jax.device_get(state.mems), state
 
 

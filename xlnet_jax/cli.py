@@ -195,9 +195,26 @@ def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
 
 
 def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
-    from xlnet_jax import hf
+    import pathlib
+    import shutil
 
-    hf.export_hf(_single_source(args), _require(fv, "out"))
+    from xlnet_jax import hf
+    from xlnet_jax.checkpoint import load_trained_params
+    from xlnet_jax.config import ModelConfig
+    from xlnet_jax.data.manifest import load_manifest
+
+    source, out = _single_source(args), _require(fv, "out")
+    if not (pathlib.Path(source) / "checkpoints").is_dir():
+        hf.export_hf(source, out)
+        return 0
+    config, params = load_trained_params(source)
+    hf.save_hf(out, ModelConfig.from_config(config), params)
+    note = "no tokenizer copied: the run's corpus_dir is not here"
+    if (pathlib.Path(config.corpus_dir) / "manifest.json").is_file():
+        tokenizer = load_manifest(config.corpus_dir).tokenizer_path
+        shutil.copy(tokenizer, pathlib.Path(out) / "spiece.model")
+        note = f"tokenizer {tokenizer} copied as spiece.model"
+    print(f"exported the newest checkpoint of {source} to {out}; {note}")
     return 0
 
 

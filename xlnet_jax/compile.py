@@ -105,9 +105,9 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
         donate_argnums=0,
     )
     model_flops = flops.train_flops_per_step(config) / len(devices)
-    lowered = step.lower(abstract_state, abstract_batch)
     try:
-        compiled = lowered.compile()
+        with sharding.activate(mesh, config.logical_axis_rules):
+            compiled = step.lower(abstract_state, abstract_batch).compile()
     except Exception as e:  # noqa: BLE001 - XLA reports out-of-memory as a runtime error
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
@@ -168,7 +168,7 @@ def format_report(r: CompileReport) -> str:
             f"  outputs   {r.output_bytes / GIB:8.2f} GiB per device",
             f"  temp      {r.temp_bytes / GIB:8.2f} GiB per device",
             f"  peak      {r.peak_bytes / GIB:8.2f} GiB per device",
-            f"  XLA FLOPs per step per device      {r.xla_flops:.3e} (a scanned layer counted once)",
+            f"  XLA FLOPs per step per device      {r.xla_flops:.3e} (scan body counted once)",
         ]
     lines += [
         f"  model FLOPs per step per device    {r.model_flops:.3e} (analytic)",

@@ -18,8 +18,13 @@ from xlnet_jax.validate import validate_config
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Restores the newest checkpoint and evaluates eval_steps validation batches."""
     validate_config(config, jax.device_count())
-    manifest, fingerprint = load_corpus_manifest(config)
     mesh = sharding.make_mesh(config)
+    with sharding.activate(mesh, config.logical_axis_rules):
+        return _evaluate(config, workdir, mesh)
+
+
+def _evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict:
+    manifest, fingerprint = load_corpus_manifest(config)
     model = XLNetLM(ModelConfig.from_config(config))
     _, abstract_state, state_shardings = layout.build_state(
         config, model, optim.make_optimizer(config), mesh

@@ -1,5 +1,6 @@
 """The device mesh (data, fsdp, tensor) and logical-axis shardings from the config's rules."""
 
+import contextlib
 import math
 
 import flax.linen as nn
@@ -85,3 +86,14 @@ def logical_sharding(mesh: Mesh, rules, *names) -> NamedSharding:
 def replicated(mesh: Mesh) -> NamedSharding:
     """A sharding that puts a copy on every device (scalars, small host values)."""
     return NamedSharding(mesh, P())
+
+
+@contextlib.contextmanager
+def activate(mesh: Mesh, rules):
+    """The mesh and logical axis rules under which the model's sharding constraints apply.
+
+    Trace (jit, lower) the steps inside this context: outside it flax drops every
+    `nn.with_logical_constraint` silently.
+    """
+    with jax.set_mesh(mesh), nn.logical_axis_rules(tuple(rules)):
+        yield

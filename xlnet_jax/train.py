@@ -111,10 +111,16 @@ def _check_finite(records: list[dict], policy: str) -> None:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
     """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints."""
     validate_config(config, jax.device_count())
+    mesh = sharding.make_mesh(config)
+    with sharding.activate(mesh, config.logical_axis_rules):
+        return _train(config, workdir, mesh)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
+    """The body of train_and_evaluate, traced under the mesh and its logical axis rules."""
     manifest, fingerprint = load_corpus_manifest(config)
     primary = jax.process_index() == 0
     lock = prepare_workdir(workdir)
-    mesh = sharding.make_mesh(config)
     rules = config.logical_axis_rules
     model = XLNetLM(ModelConfig.from_config(config))
     schedule = optim.learning_rate_schedule(config)
