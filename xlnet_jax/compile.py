@@ -8,6 +8,7 @@ FLOP analyses are set against the chip's HBM and peak bf16 rate. Needs `pip inst
 import dataclasses
 import functools
 import math
+import os
 import re
 
 import jax
@@ -71,6 +72,8 @@ def topology_devices(topology: str, num_slices: int = 1):
     """The TPU devices libtpu describes for `topology`, with no TPU attached."""
     from jax.experimental import topologies
 
+    # Compiling touches no TPU, so several compiles (tests, other users) may share libtpu.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         desc = topologies.get_topology_desc(
             platform="tpu", topology_name=topology, num_slices=num_slices
