@@ -85,12 +85,13 @@ def topology_devices(topology: str, num_slices: int = 1):
 
 def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tuple:
     """Lowers and compiles the train step for `topology`; returns (report, compiled or None)."""
+    chips = _chips_in(topology, config.num_slices)
     devices = topology_devices(topology, config.num_slices)
     validate_config(config, len(devices))
     chip = CHIPS.get(devices[0].device_kind)
     if chip is None:
         raise ConfigError(f"--topology: unknown chip {devices[0].device_kind!r}.")
-    per_chip = len(devices) / _chips_in(topology, config.num_slices)
+    per_chip = len(devices) / chips
     hbm = int(chip.hbm_bytes / per_chip)
     peak = chip.peak_tflops / per_chip * 1e12
 

@@ -1,0 +1,44 @@
+"""AOT compile for real TPU topologies from this CPU (libtpu describes them; no TPU needed)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from configs.tiny import get_config as tiny_config
+from tests.helpers import small_config
+from xlnet_jax import compile as aot
+
+
+@pytest.mark.parametrize("topology", ["v3:2x2", "v4:2x2x1", "v5e:2x2"])
+def test_tiny_compiles_and_fits(topology):
+    report, compiled = aot.compile_train_step(tiny_config(), topology)
+    assert compiled is not None and report.fits
+    assert report.num_devices in (4, 8)
+    assert 0 < report.peak_bytes < report.hbm_bytes
+    # Params + Adam moments (3 copies of ~3.6M float32) are among the arguments.
+    assert report.argument_bytes > 3 * 3.6e6 * 4 / report.num_devices
+    assert report.xla_flops > 0 and report.model_flops > 0
+    assert "fits:" in aot.format_report(report).splitlines()[-1]
+
+
+def test_oversized_config_says_does_not_fit_with_advice(tmp_path):
+    config = small_config(vocab_size=32000, d_model=1024, d_head=256, d_inner=4096,
+                          seq_len=512, reuse_len=256, mem_len=384, perm_size=256,
+                          num_predict=85, batch_size=4096, remat=False)  # fmt: skip
+    report, compiled = aot.compile_train_step(config, "v5e:2x2")
+    assert compiled is None and not report.fits
+    last = aot.format_report(report).splitlines()[-1]
+    assert last.startswith("does not fit: ") and "GiB > 16.0 GiB per device" in last
+    assert "remat" in last and "fsdp" in last
+
+
+def test_cli_names_a_bad_topology_in_one_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "xlnet_jax.cli", "compile", "--config", "configs/tiny.py",
+         "--topology", "v3-32"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "--topology" in done.stderr and "v3:16x16" in done.stderr
+    assert "Traceback" not in done.stderr
