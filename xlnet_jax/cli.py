@@ -134,7 +134,9 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
 
     result = evaluate.evaluate_workdir(config, workdir)
     print(
-        f"step {result['step']}: eval loss {result['loss']:.4f}, accuracy {result['accuracy']:.4f}"
+        f"step {result['step']}: held-out PLM loss {result['loss']:.4f} nats, target "
+        f"accuracy {result['accuracy']:.4f}; the corpus unigram entropy is "
+        f"{result['unigram_entropy']:.4f} nats"
     )
     return 0
 

@@ -9,6 +9,7 @@ import ml_collections
 from xlnet_jax import layout, optim, sharding, steps, train
 from xlnet_jax.checkpoint import Checkpointer, CheckpointError
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.model import XLNetLM
 from xlnet_jax.run_setup import load_corpus_manifest
@@ -49,6 +50,7 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict:
         zero_mems,
     )
     result["step"] = int(jax.device_get(state.step))
+    result["unigram_entropy"] = unigram_entropy(manifest, config.vocab_size)
     writer = MetricsWriter(workdir, enabled=jax.process_index() == 0, subdir="eval")
     writer.write(
         result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]}, kind="eval"

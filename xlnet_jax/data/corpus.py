@@ -56,3 +56,11 @@ def _flatten(corpus_dir: str, split: str) -> FlatSplit:
         starts.append(offset + np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)]))
         offset += len(doc_tokens) + 1
     return FlatSplit(np.concatenate(tokens), np.concatenate(starts).astype(np.int64))
+
+
+def unigram_entropy(manifest: Manifest, vocab_size: int) -> float:
+    """Entropy in nats of the train split's unigram distribution: the loss a model that
+    ignores all context would reach, the baseline a PLM's held-out loss should beat."""
+    counts = np.bincount(load_split(manifest, "train").tokens, minlength=vocab_size)
+    probs = counts[counts > 0] / counts.sum()
+    return float(-(probs * np.log(probs)).sum())
