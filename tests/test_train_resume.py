@@ -87,3 +87,21 @@ def test_carried_memory_changes_the_loss(straight):
     # After 12 steps the model leans on its memory only a little, but far above float32
     # rounding (~1e-7 here): the memory is attended to and changes the prediction.
     assert abs(loss_with - loss_without) > 1e-5, (loss_with, loss_without)
+
+
+def test_resume_on_another_mesh_then_with_another_batch(straight, tmp_path):
+    """A checkpoint made on 1 device resumes on 2; a new global batch restarts the memory."""
+    import shutil
+
+    workdir = tmp_path / "moved"
+    shutil.copytree(straight, workdir)
+    harness.run(workdir, "--config.num_train_steps=13", devices=2)
+    log = harness.log_tail(workdir)
+    assert "Resumed from step 12" in log and "memory restarts" not in log
+    assert 13 in harness.losses(workdir)
+
+    harness.run(workdir, "--config.num_train_steps=14", "--config.batch_size=4", devices=2)
+    log = harness.log_tail(workdir)
+    assert "Resumed from step 13" in log
+    assert "the recurrence memory restarts from zeros" in log
+    assert np.isfinite(harness.losses(workdir)[14])
