@@ -105,3 +105,20 @@ def test_resume_on_another_mesh_then_with_another_batch(straight, tmp_path):
     assert "Resumed from step 13" in log
     assert "the recurrence memory restarts from zeros" in log
     assert np.isfinite(harness.losses(workdir)[14])
+
+
+def test_metrics_reach_tensorboard_jsonl_and_the_console(straight):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(straight / "tensorboard" / "train"))
+    events.Reload()
+    for tag in ("loss", "accuracy", "grad_norm", "learning_rate", "tokens_per_sec", "mfu"):
+        assert f"train/{tag}" in events.Tags()["scalars"]
+    board = {e.step: e.value for e in events.Scalars("train/loss")}
+    jsonl = harness.losses(straight)
+    assert sorted(board) == sorted(jsonl) == list(range(1, 13))
+    np.testing.assert_allclose([board[s] for s in range(1, 13)], [jsonl[s] for s in range(1, 13)],
+                               rtol=1e-6)  # fmt: skip
+    progress = [line for line in harness.log_tail(straight).splitlines() if line.startswith("step")]
+    assert progress[-1].startswith("step 12/12 | loss ") and "tok/s" in progress[-1]
+    assert "ETA" in progress[-1]

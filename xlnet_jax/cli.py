@@ -154,6 +154,13 @@ def _define_prepare(fv: flags.FlagValues) -> None:
     flags.DEFINE_string(
         "tfds_text_feature", "text", "The text feature of --tfds_name.", flag_values=fv
     )
+    flags.DEFINE_string("tfds_split", "train", "The split of --tfds_name to read.", flag_values=fv)
+    flags.DEFINE_string(
+        "tfds_data_dir",
+        None,
+        "Where --tfds_name is prepared (default: TFDS_DATA_DIR or ~/tensorflow_datasets).",
+        flag_values=fv,
+    )
     flags.DEFINE_float("validation_fraction", 0.02, "Share of documents held out.", flag_values=fv)
     flags.DEFINE_integer(
         "num_workers", None, "Tokenizer processes (default: all cores).", flag_values=fv
@@ -172,6 +179,8 @@ def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
         uncased=fv.uncased,
         tfds_name=fv.tfds_name,
         tfds_text_feature=fv.tfds_text_feature,
+        tfds_split=fv.tfds_split,
+        tfds_data_dir=fv.tfds_data_dir,
         validation_fraction=fv.validation_fraction,
         num_workers=fv.num_workers,
         seed=fv.seed,
