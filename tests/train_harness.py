@@ -1,7 +1,10 @@
 """Runs `xlnet-jax train` as a real subprocess, for the resume, preemption and kill tests."""
 
+import atexit
+import functools
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,6 +67,38 @@ def run(workdir, *overrides, devices: int = 1, timeout: float = 400) -> None:
     """Runs a training run to its end and checks it succeeded."""
     process = start(workdir, *overrides, devices=devices)
     assert process.wait(timeout=timeout) == 0, log_tail(workdir)
+
+
+def run_to_failure(workdir, *overrides, timeout: float = 400) -> subprocess.CompletedProcess:
+    """Runs training expecting it to stop by itself; returns its exit code and output."""
+    return subprocess.run(
+        train_command(workdir, *overrides),
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+@functools.cache
+def reference_run() -> pathlib.Path:
+    """An uninterrupted run of tests/train_config.py, checkpointed every 2 steps (4..12 kept).
+
+    Trained once per test session and shared by the reliability tests: copy it before
+    changing anything in it.
+    """
+    root = tempfile.mkdtemp(prefix="xlnet-reference-run-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    workdir = pathlib.Path(root) / "run"
+    run(workdir, "--config.checkpoint_every=2")
+    return workdir
+
+
+def copy_run(source, target) -> pathlib.Path:
+    """A private copy of a finished workdir (without its lock file)."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(".lock-*"))
+    return pathlib.Path(target)
 
 
 def log_tail(workdir) -> str:

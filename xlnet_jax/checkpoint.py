@@ -2,10 +2,11 @@
 
 A checkpoint step holds three items: `state` (params, optimiser state, step, rng, skipped
 steps), `mems` (the recurrence memory, kept apart so a run with a new global batch can
-restore everything else) and `meta` (the config, the corpus fingerprint and the data
-position, as JSON: parsed as data, never executed).
+restore everything else) and `meta` (the config, the corpus fingerprint, the data
+position and a checksum of every saved array, as JSON: parsed as data, never executed).
 """
 
+import functools
 import json
 import logging
 import pathlib
@@ -13,8 +14,11 @@ import shutil
 import time
 
 import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from xlnet_jax.train_state import TrainState
 
@@ -74,6 +78,7 @@ class Checkpointer:
 
     def __init__(self, workdir: str, config: ml_collections.ConfigDict):
         self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
+        self.damaged_directory = self.directory.parent / "checkpoints_damaged"
         options = ocp.CheckpointManagerOptions(
             max_to_keep=config.keep_checkpoints,
             enable_async_checkpointing=True,
@@ -83,9 +88,17 @@ class Checkpointer:
         )
 
     def save(self, state: TrainState, meta: dict) -> bool:
-        """Starts an async save of `state` at its step (the loop decides when)."""
+        """Starts an async save of `state` at its step (the loop decides when).
+
+        The meta gains a checksum of every saved array, so a restore can tell bit rot from
+        a good checkpoint: orbax itself reads a corrupted (not truncated) file silently.
+        """
         step = int(jax.device_get(state.step))
-        items = {k: v for k, v in vars(state).items() if k != "mems"}
+        items = _state_items(state)
+        meta = {
+            **meta,
+            "checksums": {"state": tree_checksums(items), "mems": tree_checksums(state.mems)},
+        }
         return self.manager.save(
             step,
             args=ocp.args.Composite(
@@ -101,27 +114,13 @@ class Checkpointer:
         self.manager.wait_until_finished()
 
     def close(self) -> None:
+        """Waits for the in-flight save, then releases orbax's threads."""
         self.manager.wait_until_finished()
         self.manager.close()
 
     def steps(self) -> list[int]:
+        """The finalised steps, oldest first (orbax skips unfinished *.orbax-checkpoint-tmp)."""
         return sorted(self.manager.all_steps())
-
-    def _quarantine(self, step: int, reason: str) -> None:
-        """Moves a damaged step aside (never deleted) so training can save that step again."""
-        source = self.directory / str(step)
-        target = self.directory.parent / "checkpoints_damaged" / f"{step}-{int(time.time())}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.exists():
-            shutil.move(str(source), str(target))
-        log.warning(
-            "Checkpoint step %d at %s is damaged (%s); moved it to %s and fell back.",
-            step,
-            source,
-            reason,
-            target,
-        )
-        self.manager.reload()
 
     def restore(
         self,
@@ -131,59 +130,214 @@ class Checkpointer:
     ) -> TrainState | None:
         """Restores the newest intact step into `abstract_state`'s shardings, or None if empty.
 
-        A damaged step is moved aside with a warning and the next older one is tried; if no
-        step is intact the run stops rather than silently starting over.
+        Steps are tried newest first. A step that cannot be read is only moved aside (to
+        checkpoints_damaged/, never deleted) once an older step restores, which proves the
+        code and config can read this run's checkpoints; if none restores, nothing is moved
+        and the run stops rather than silently starting over. A checkpoint made for another
+        model or corpus stops the run at once.
         """
+        self._warn_unfinished_writes()
         steps = self.steps()
+        unreadable = []
         for step in reversed(steps):
-            path = self.directory / str(step)
             try:
-                meta = self.manager.restore(
-                    step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
-                )["meta"]
-            except Exception as e:  # noqa: BLE001 - any unreadable metadata means damaged
-                self._quarantine(step, f"metadata unreadable: {type(e).__name__}: {e}")
-                continue
-            if not isinstance(meta, dict) or "config" not in meta:
-                self._quarantine(step, "metadata is not a checkpoint's")
-                continue
-            check_compatible(meta, config, corpus_fingerprint, path)
-            same_memory = (
-                meta["config"].get("batch_size") == config.batch_size
-                and meta["config"].get("mem_len") == config.mem_len
-                and meta["config"].get("n_layer") == config.n_layer
-            )
-            items = {k: v for k, v in vars(abstract_state).items() if k != "mems"}
-            args = {"state": ocp.args.StandardRestore(items)}
-            if same_memory:
-                args["mems"] = ocp.args.StandardRestore({"mems": abstract_state.mems})
-            try:
-                restored = self.manager.restore(step, args=ocp.args.Composite(**args))
-            except Exception as e:  # noqa: BLE001 - truncated or missing array files
-                self._quarantine(step, f"arrays unreadable: {type(e).__name__}: {e}")
-                continue
-            if same_memory:
-                mems = restored["mems"]["mems"]
-            else:
+                state = self._restore_step(step, abstract_state, config, corpus_fingerprint)
+            except _DamagedStep as e:
                 log.warning(
-                    "The global batch or memory shape changed since step %d "
-                    "(batch_size %s -> %s, mem_len %s -> %s): the recurrence memory restarts "
-                    "from zeros.",
+                    "Checkpoint step %d at %s cannot be restored (%s); trying an older step.",
                     step,
-                    meta["config"].get("batch_size"),
-                    config.batch_size,
-                    meta["config"].get("mem_len"),
-                    config.mem_len,
+                    self.directory / str(step),
+                    e,
                 )
-                mems = None
-            return TrainState(mems=mems, **restored["state"])
-        if steps:
+                unreadable.append((step, str(e)))
+                continue
+            for bad_step, reason in unreadable:
+                self._quarantine(bad_step, reason, fallback=step)
+            return state
+        if unreadable:
+            tried = "; ".join(f"step {step}: {reason}" for step, reason in unreadable)
             raise CheckpointError(
-                f"No intact checkpoint in {self.directory} (tried steps {steps}; damaged ones "
-                f"were moved to {self.directory.parent / 'checkpoints_damaged'}). Restore a "
-                "backup there, or start a new run in an empty workdir."
+                f"No checkpoint in {self.directory} can be restored ({tried}). If the config "
+                "changed since they were saved, use the saved one (each step's meta/metadata); "
+                "if the files are damaged, restore them from a backup. Nothing was moved."
             )
+        self._refuse_to_start_over()
         return None
+
+    def _restore_step(
+        self,
+        step: int,
+        abstract_state: TrainState,
+        config: ml_collections.ConfigDict,
+        corpus_fingerprint: str,
+    ) -> TrainState:
+        """One step's state, verified against its checksums; _DamagedStep if unreadable."""
+        path = self.directory / str(step)
+        try:
+            meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
+                "meta"
+            ]
+        except Exception as e:  # noqa: BLE001 - any unreadable metadata means damaged
+            raise _DamagedStep(f"meta unreadable: {_one_line(e)}") from None
+        if not isinstance(meta, dict) or not {"config", "corpus_fingerprint"} <= meta.keys():
+            raise _DamagedStep("meta is not an xlnet-jax checkpoint's")
+        check_compatible(meta, config, corpus_fingerprint, path)
+        same_memory = all(
+            meta["config"].get(name) == config[name]
+            for name in ("batch_size", "mem_len", "n_layer")
+        )
+        items = _state_items(abstract_state)
+        args = {"state": ocp.args.StandardRestore(items)}
+        if same_memory:
+            args["mems"] = ocp.args.StandardRestore({"mems": abstract_state.mems})
+        try:
+            restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+        except Exception as e:  # noqa: BLE001 - truncated or missing array files
+            raise _DamagedStep(f"arrays unreadable: {_one_line(e)}") from None
+        checksums = meta.get("checksums", {})
+        verify_checksums(restored["state"], checksums.get("state"), "state")
+        if not same_memory:
+            _warn_memory_restarts(step, meta["config"], config)
+            return TrainState(mems=None, **restored["state"])
+        mems = restored["mems"]["mems"]
+        verify_checksums(mems, checksums.get("mems"), "mems")
+        return TrainState(mems=mems, **restored["state"])
+
+    def _warn_unfinished_writes(self) -> None:
+        """Names saves that a kill interrupted; orbax ignores them and rewrites that step."""
+        if not self.directory.is_dir():
+            return
+        unfinished = sorted(p.name for p in self.directory.glob(f"*{_TMP_SUFFIX}*"))
+        if unfinished:
+            log.warning(
+                "Ignoring unfinished checkpoint write(s) in %s: %s (the run stopped while "
+                "saving; the next save of that step replaces it).",
+                self.directory,
+                ", ".join(unfinished),
+            )
+
+    def _quarantine(self, step: int, reason: str, fallback: int) -> None:
+        """Moves a damaged step aside (never deleted) so training can save that step again.
+
+        Only the primary process moves files; every process then reloads the step list.
+        """
+        source = self.directory / str(step)
+        target = self.damaged_directory / f"{step}-{int(time.time())}"
+        if jax.process_index() == 0:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.exists():
+                shutil.move(str(source), str(target))
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"xlnet-jax quarantine {step}")
+        log.warning(
+            "Skipped damaged checkpoint step %d (%s): moved %s to %s; resuming from step %d.",
+            step,
+            reason,
+            source,
+            target,
+            fallback,
+        )
+        self.manager.reload()
+
+    def _refuse_to_start_over(self) -> None:
+        """Stops a fresh start in a workdir whose only checkpoints were moved aside as damaged."""
+        moved = sorted(p.name for p in self.damaged_directory.glob("*"))
+        if moved:
+            raise CheckpointError(
+                f"{self.directory} holds no checkpoint, but {self.damaged_directory} holds "
+                f"{', '.join(moved)} from this run; refusing to start over from step 0. Move a "
+                "good step back into checkpoints/, or move checkpoints_damaged/ away to start "
+                "a new run here."
+            )
+
+
+class _DamagedStep(Exception):
+    """One checkpoint step cannot be read; the message says which part and why (one line)."""
+
+
+_TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+
+def _state_items(state: TrainState) -> dict:
+    """The `state` item: every TrainState field but the memory (saved as its own item)."""
+    return {k: v for k, v in vars(state).items() if k != "mems"}
+
+
+def _one_line(error: Exception, limit: int = 160) -> str:
+    """An exception as `Type: first line`, cut to `limit` characters (tensorstore is verbose)."""
+    lines = str(error).strip().splitlines() or [""]
+    text = f"{type(error).__name__}: {lines[0]}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _warn_memory_restarts(step: int, saved: dict, config: ml_collections.ConfigDict) -> None:
+    """Says why the recurrence memory of `step` is not restored."""
+    log.warning(
+        "The global batch or memory shape changed since step %d (batch_size %s -> %s, "
+        "mem_len %s -> %s, n_layer %s -> %s): the recurrence memory restarts from zeros.",
+        step,
+        saved.get("batch_size"),
+        config.batch_size,
+        saved.get("mem_len"),
+        config.mem_len,
+        saved.get("n_layer"),
+        config.n_layer,
+    )
+
+
+def _as_uint32_words(x: jax.Array) -> jax.Array:
+    """x's bit pattern as uint32 words: one per element (two for 8-byte dtypes)."""
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.uint32)
+    if x.dtype.itemsize >= 4:
+        return jax.lax.bitcast_convert_type(x, jnp.uint32)
+    narrow = jnp.dtype(f"uint{8 * x.dtype.itemsize}")
+    return jax.lax.bitcast_convert_type(x, narrow).astype(jnp.uint32)
+
+
+def _leaf_checksum(x: jax.Array) -> jax.Array:
+    """sum(word_i * (2i + 1)) mod 2**32 over x's bit pattern.
+
+    Integer sums are exact in any order, so the value does not depend on the sharding; the
+    odd weights make any change to a single word change the sum (and most swaps of two).
+    """
+    words = _as_uint32_words(jnp.asarray(x))
+    index = jnp.zeros(words.shape, jnp.uint32)
+    stride = 1
+    for dim in reversed(range(words.ndim)):
+        iota = jax.lax.broadcasted_iota(jnp.uint32, words.shape, dim)
+        index = index + iota * jnp.uint32(stride % 2**32)
+        stride *= words.shape[dim]
+    return jnp.sum(words * (2 * index + 1), dtype=jnp.uint32)
+
+
+_tree_checksums = jax.jit(functools.partial(jax.tree.map, _leaf_checksum))
+
+
+def _path_name(path) -> str:
+    """A tree path as `a/0/b`, the same for a NamedTuple field and the dict orbax reads back."""
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def tree_checksums(tree) -> dict[str, int]:
+    """Checksums of every array leaf, by path; computed on device, one small fetch."""
+    sums = jax.tree_util.tree_flatten_with_path(_tree_checksums(tree))[0]
+    return {_path_name(path): int(np.asarray(s.addressable_data(0))) for path, s in sums}
+
+
+def verify_checksums(tree, expected: dict[str, int] | None, item: str) -> None:
+    """Raises _DamagedStep naming the first array whose bits differ from those saved.
+
+    Checkpoints written before checksums existed (expected is None) are not verified.
+    """
+    if expected is None:
+        return
+    actual = tree_checksums(tree)
+    if actual.keys() != expected.keys():
+        raise _DamagedStep(f"{item} holds other arrays than its checksums list")
+    for name, value in actual.items():
+        if expected[name] != value:
+            raise _DamagedStep(f"checksum mismatch in {item} array {name} (corrupted file)")
 
 
 def read_checkpoint(workdir: str, step: int | None = None) -> dict:
@@ -223,6 +377,12 @@ def read_checkpoint(workdir: str, step: int | None = None) -> dict:
         )
     finally:
         manager.close()
+    checksums = restored["meta"].get("checksums", {})
+    try:
+        verify_checksums(restored["state"], checksums.get("state"), "state")
+        verify_checksums(restored["mems"]["mems"], checksums.get("mems"), "mems")
+    except _DamagedStep as e:
+        raise CheckpointError(f"{directory / str(step)} is damaged: {e}.") from None
     return {
         "step": step,
         "state": restored["state"],

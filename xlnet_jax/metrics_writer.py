@@ -5,11 +5,14 @@ tensorflow is needed. Only the primary process writes.
 """
 
 import json
+import logging
 import pathlib
 import time
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+log = logging.getLogger(__name__)
 
 
 class MetricsWriter:
@@ -21,6 +24,7 @@ class MetricsWriter:
             return
         root = pathlib.Path(workdir)
         self.jsonl_path = root / "metrics.jsonl"
+        _end_torn_line(self.jsonl_path)
         self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
         self._events = EventFileWriter(str(root / "tensorboard" / subdir))
 
@@ -42,17 +46,38 @@ class MetricsWriter:
         self._events.flush()
 
     def close(self) -> None:
+        """Flushes and closes both sinks."""
         if self.enabled:
             self._jsonl.close()
             self._events.close()
 
 
+def _end_torn_line(path: pathlib.Path) -> None:
+    """Ends a last line that a kill cut short, so the next record starts on its own line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, 2)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
+
+
 def read_metrics(workdir: str, kind: str = "train") -> dict[int, dict]:
-    """The newest record per step from metrics.jsonl (a resumed run re-logs some steps)."""
-    records = {}
+    """The newest record per step from metrics.jsonl (a resumed run re-logs some steps).
+
+    A line that is not a JSON object is a record cut short by a kill (or a full disk): it
+    is skipped with a warning, since the step it held is re-logged after the resume.
+    """
+    records, torn = {}, 0
     path = pathlib.Path(workdir) / "metrics.jsonl"
-    for line in path.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record.get("kind") == kind:
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            torn += 1
+            continue
+        if isinstance(record, dict) and record.get("kind") == kind:
             records[record["step"]] = record
+    if torn:
+        log.warning("Skipped %d torn line(s) in %s (a run was killed while writing).", torn, path)
     return records

@@ -7,10 +7,13 @@ import shutil
 
 import jax
 import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
 
 from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint
 from xlnet_jax.validate import ConfigError
 
+# Free space kept in reserve beyond one checkpoint (metrics, TensorBoard, orbax metadata).
 MIN_FREE_BYTES = 64 * 2**20
 
 
@@ -33,12 +36,38 @@ class WorkdirLock:
             ) from None
 
     def release(self) -> None:
+        """Unlocks; the kernel also drops the lock if the process dies."""
         fcntl.flock(self._file, fcntl.LOCK_UN)
         self._file.close()
 
 
-def prepare_workdir(workdir: str) -> WorkdirLock:
-    """Creates the workdir, checks it is writable with room to spare, and locks it."""
+def check_free_space(workdir: str, needed: int, before: str) -> None:
+    """Raises WorkdirError if workdir's disk has less than `needed` bytes free.
+
+    Checked before training and before every save, so a full disk stops the run with the
+    newest checkpoint intact instead of failing inside an asynchronous write. Every process
+    takes the same decision (the least free space of all), so none is left waiting.
+    """
+    free = _min_over_processes(shutil.disk_usage(workdir).free)
+    if free < needed:
+        raise WorkdirError(
+            f"Workdir {workdir} has {free / 2**20:.0f} MiB free but needs "
+            f"{needed / 2**20:.0f} MiB before {before}. Free some space or pick another "
+            "--workdir, then rerun: training resumes from the newest checkpoint."
+        )
+
+
+def _min_over_processes(value: int) -> int:
+    """The smallest `value` over all processes, so every process takes the same decision."""
+    if jax.process_count() == 1:
+        return value
+    # MiB as float32: process_allgather would truncate byte counts to int32.
+    mib = multihost_utils.process_allgather(np.float32(value / 2**20))
+    return int(float(np.min(mib)) * 2**20)
+
+
+def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock:
+    """Creates the workdir, checks it is writable with room for a checkpoint, and locks it."""
     root = pathlib.Path(workdir)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -47,14 +76,9 @@ def prepare_workdir(workdir: str) -> WorkdirLock:
         probe.unlink()
     except OSError as e:
         raise WorkdirError(
-            f"Workdir {root} is not writable ({e.strerror}); pick another."
+            f"Workdir {root} is not writable ({e.strerror}); pick another --workdir."
         ) from None
-    free = shutil.disk_usage(root).free
-    if free < MIN_FREE_BYTES:
-        raise WorkdirError(
-            f"Workdir {root} has only {free / 2**20:.0f} MiB free; checkpoints need more. "
-            "Free some space or pick another --workdir."
-        )
+    check_free_space(str(root), checkpoint_bytes + MIN_FREE_BYTES, "training starts")
     return WorkdirLock(root / f".lock-process-{jax.process_index()}")
 
 

@@ -16,7 +16,8 @@ from xlnet_jax.model import XLNetLM
 from xlnet_jax.train_state import TrainState
 
 # Codes of the `nonfinite` metric: which quantity went non-finite first.
-FINITE, NONFINITE_LOSS, NONFINITE_GRAD = 0, 1, 2
+FINITE, NONFINITE_LOSS, NONFINITE_GRAD, NONFINITE_UPDATE = 0, 1, 2, 3
+NONFINITE_NAMES = {NONFINITE_LOSS: "loss", NONFINITE_GRAD: "gradient", NONFINITE_UPDATE: "update"}
 
 
 def plm_loss_terms(logits: jax.Array, target_ids: jax.Array, weights: jax.Array):
@@ -87,9 +88,9 @@ def train_step(
     The PLM sample is drawn once for the whole batch and split with it, so accumulation
     changes only the summation order (and the dropout draws), not what is predicted.
 
-    A non-finite loss or gradient norm skips the update (params and optimiser state stay as
-    they were, the memory resets to zeros) and is reported in the `nonfinite` metric, so the
-    host checks it at log time instead of syncing every step.
+    A non-finite loss, gradient norm or update norm skips the update (see guard_update) and
+    is reported in the `nonfinite` metric, so the host checks it at log time instead of
+    syncing every step.
     """
     plm_key, dropout_key = jax.random.split(
         jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
@@ -137,18 +138,14 @@ def train_step(
     grad_norm = optax.tree.norm(grads)
 
     updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
-    new_params = optax.apply_updates(state.params, updates)
-    loss_ok, grad_ok = jnp.isfinite(loss), jnp.isfinite(grad_norm)
-    finite = loss_ok & grad_ok
-    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
-    new_state = state.replace(
-        step=state.step + 1,
-        params=keep(new_params, state.params),
-        opt_state=keep(new_opt_state, state.opt_state),
-        mems=jnp.where(finite, new_mems, jnp.zeros_like(new_mems)),
-        skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
+    nonfinite = nonfinite_code(loss, grad_norm, optax.tree.norm(updates))
+    new_state = guard_update(
+        state,
+        nonfinite,
+        params=optax.apply_updates(state.params, updates),
+        opt_state=new_opt_state,
+        mems=new_mems,
     )
-    nonfinite = jnp.where(loss_ok, jnp.where(grad_ok, FINITE, NONFINITE_GRAD), NONFINITE_LOSS)
     metrics = {
         "loss": loss,
         "accuracy": correct / count,
@@ -156,8 +153,42 @@ def train_step(
         "learning_rate": schedule(state.step),
         "num_targets": count,
         "nonfinite": nonfinite,
+        "skipped_steps": new_state.skipped_steps,
     }
     return new_state, metrics
+
+
+def nonfinite_code(loss: jax.Array, grad_norm: jax.Array, update_norm: jax.Array) -> jax.Array:
+    """Which quantity went non-finite first (FINITE if none did), as an int32 scalar.
+
+    The update is checked too: a learning rate beyond float32 range turns finite gradients
+    into infinite parameters, which would otherwise be saved before the loss shows it.
+    """
+    return jnp.select(
+        [~jnp.isfinite(loss), ~jnp.isfinite(grad_norm), ~jnp.isfinite(update_norm)],
+        [NONFINITE_LOSS, NONFINITE_GRAD, NONFINITE_UPDATE],
+        FINITE,
+    ).astype(jnp.int32)
+
+
+def guard_update(
+    state: TrainState, nonfinite: jax.Array, *, params, opt_state, mems: jax.Array
+) -> TrainState:
+    """The next state: the new values if `nonfinite` is FINITE, else the step is skipped.
+
+    A skipped step keeps the params and optimiser state, resets the memory to zeros (it may
+    hold the non-finite activations) and counts itself in skipped_steps; the step counter
+    advances either way, so the data stream moves past the batch.
+    """
+    finite = nonfinite == FINITE
+    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    return state.replace(
+        step=state.step + 1,
+        params=keep(params, state.params),
+        opt_state=keep(opt_state, state.opt_state),
+        mems=jnp.where(finite, mems, jnp.zeros_like(mems)),
+        skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
+    )
 
 
 def eval_step(params, mems, batch, key, *, model: XLNetLM, config: ml_collections.ConfigDict):

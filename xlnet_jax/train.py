@@ -9,6 +9,7 @@ import concurrent.futures
 import functools
 import logging
 import os
+import pathlib
 import signal
 import time
 
@@ -26,7 +27,12 @@ from xlnet_jax.layout import abstract_batch, batch_shardings, build_state, to_gl
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.model import XLNetLM
 from xlnet_jax.progress import ProgressLine
-from xlnet_jax.run_setup import load_corpus_manifest, prepare_workdir
+from xlnet_jax.run_setup import (
+    MIN_FREE_BYTES,
+    check_free_space,
+    load_corpus_manifest,
+    prepare_workdir,
+)
 from xlnet_jax.train_state import TrainState
 from xlnet_jax.validate import validate_config
 
@@ -34,7 +40,12 @@ log = logging.getLogger(__name__)
 
 
 class NonFiniteError(RuntimeError):
-    """A step produced a non-finite loss or gradient under nonfinite_policy='halt'."""
+    """A step produced a non-finite value under nonfinite_policy='halt', or many in a row."""
+
+
+# Under nonfinite_policy='skip', this many skipped steps in a row stop the run: it is not
+# learning (e.g. a restored state that itself holds NaN), and would only burn compute.
+MAX_SKIPS_IN_A_ROW = 100
 
 
 class _Preemption:
@@ -96,16 +107,66 @@ def evaluate(params, config, batcher, eval_fn, put, zero_mems) -> dict:
     return {"loss": float(nll) / count, "accuracy": float(correct) / count}
 
 
-def _check_finite(records: list[dict], policy: str) -> None:
-    """Under 'halt', stops at the first non-finite step, naming it and the quantity."""
-    for record in records:
-        if record["nonfinite"] and policy == "halt":
-            quantity = "loss" if record["nonfinite"] == steps.NONFINITE_LOSS else "gradient"
-            raise NonFiniteError(
-                f"Non-finite {quantity} at step {record['step']}; its update was not applied "
-                "and the last good checkpoint is kept. Lower config.learning_rate or set "
-                "config.nonfinite_policy=skip to skip such steps."
+class _NonFiniteMonitor:
+    """Applies config.nonfinite_policy to each step's `nonfinite` code, at log time."""
+
+    def __init__(self, policy: str):
+        self.policy = policy
+        self.in_a_row = 0
+
+    def check(self, records: list[dict], last_saved: int | None) -> None:
+        """Warns about skipped steps; raises NonFiniteError under 'halt' or a long streak.
+
+        Called before any checkpoint of these steps is saved, so a halt leaves the newest
+        checkpoint from before the bad step.
+        """
+        for record in records:
+            code = int(record["nonfinite"])
+            if code == steps.FINITE:
+                self.in_a_row = 0
+                continue
+            quantity, step = steps.NONFINITE_NAMES[code], record["step"]
+            newest = f"step {last_saved}" if last_saved else "none yet"
+            if self.policy == "halt":
+                raise NonFiniteError(
+                    f"Non-finite {quantity} at step {step} (nonfinite_policy=halt): its update "
+                    f"was not applied and no later checkpoint was saved (newest: {newest}). "
+                    "Lower config.learning_rate, or set config.nonfinite_policy=skip to skip "
+                    "such steps."
+                )
+            self.in_a_row += 1
+            log.warning(
+                "Non-finite %s at step %d: update skipped (%d skipped in this run so far).",
+                quantity,
+                step,
+                int(record["skipped_steps"]),
             )
+            if self.in_a_row >= MAX_SKIPS_IN_A_ROW:
+                raise NonFiniteError(
+                    f"{self.in_a_row} steps in a row up to step {step} were skipped for a "
+                    f"non-finite {quantity}: the run is not learning (newest checkpoint: "
+                    f"{newest}). Lower config.learning_rate or resume from an earlier "
+                    "checkpoint."
+                )
+
+
+def _announce_new_run(workdir: str) -> None:
+    """Says a run starts at step 0, loudly if the workdir shows an earlier attempt."""
+    metrics = pathlib.Path(workdir) / "metrics.jsonl"
+    if metrics.exists() and metrics.stat().st_size:
+        log.warning(
+            "Starting from step 0 in %s: it holds no checkpoint, but %s has records of an "
+            "earlier attempt (stopped before its first checkpoint?); they are re-logged.",
+            workdir,
+            metrics,
+        )
+    else:
+        log.info("Starting a new run in %s", workdir)
+
+
+def _state_bytes(abstract_state: TrainState) -> int:
+    """Bytes of one checkpoint's arrays: the free space a save needs."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
@@ -120,17 +181,18 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     """The body of train_and_evaluate, traced under the mesh and its logical axis rules."""
     manifest, fingerprint = load_corpus_manifest(config)
     primary = jax.process_index() == 0
-    lock = prepare_workdir(workdir)
     rules = config.logical_axis_rules
     model = XLNetLM(ModelConfig.from_config(config))
     schedule = optim.learning_rate_schedule(config)
     tx = optim.make_optimizer(config)
     init, abstract_state, state_shardings = build_state(config, model, tx, mesh)
+    checkpoint_bytes = _state_bytes(abstract_state)
+    lock = prepare_workdir(workdir, checkpoint_bytes)
 
     checkpointer = Checkpointer(workdir, config)
     state = checkpointer.restore(abstract_state, config, fingerprint)
     if state is None:
-        log.info("Starting a new run in %s", workdir)
+        _announce_new_run(workdir)
         state = init()
     elif state.mems is None:
         zeros = jax.jit(jnp.zeros_like, out_shardings=state_shardings.mems)
@@ -171,6 +233,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     next_batch = prefetch.submit(train_batcher.batch, start_step)
     pending, interval_start = [], time.time()
+    monitor, last_saved = _NonFiniteMonitor(config.nonfinite_policy), start_step or None
     try:
         for step in range(start_step, config.num_train_steps):
             batch = put(next_batch.result())
@@ -181,13 +244,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
             pending.append(metrics)
             done = step + 1
             stop = preemption.requested(done)
-            if stop or done % config.log_every == 0 or done == config.num_train_steps:
+            save = stop or done % config.checkpoint_every == 0 or done == config.num_train_steps
+            # A due save fetches the metrics first: a non-finite step must stop the run
+            # before a checkpoint of its state is written.
+            if save or done % config.log_every == 0:
                 records = jax.device_get(pending)
                 elapsed = time.time() - interval_start
                 step_time = elapsed / len(records)
                 for offset, record in enumerate(records):
                     record["step"] = done - len(records) + offset + 1
-                _check_finite(records, config.nonfinite_policy)
                 throughput = {
                     "tokens_per_sec": tokens_per_step / step_time,
                     "step_time": step_time,
@@ -199,6 +264,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                     writer.write(record["step"], {**scalars, **throughput})
                 progress.update(done, records[-1], throughput)
                 pending, interval_start = [], time.time()
+                monitor.check(records, last_saved)
             if eval_batcher is not None and done % config.eval_every == 0:
                 result = evaluate(state.params, config, eval_batcher, eval_fn, put, zero_mems)
                 writer.write(done, result, kind="eval")
@@ -207,14 +273,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                     f"accuracy {result['accuracy']:.4f}"
                 )
                 interval_start = time.time()
-            meta = make_meta(config, fingerprint, done)
+            if save:
+                needed = checkpoint_bytes + MIN_FREE_BYTES
+                check_free_space(workdir, needed, f"saving step {done}")
+                checkpointer.save(state, make_meta(config, fingerprint, done))
+                last_saved = done
             if stop:
-                checkpointer.save(state, meta)
                 checkpointer.wait()
                 progress.note(f"SIGTERM: saved step {done} and stopped; rerun to continue.")
                 return state
-            if done % config.checkpoint_every == 0 or done == config.num_train_steps:
-                checkpointer.save(state, meta)
             time.sleep(step_delay)
     finally:
         preemption.restore()
