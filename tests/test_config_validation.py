@@ -6,6 +6,8 @@ import sys
 import pytest
 
 from tests.helpers import small_config
+from tests.test_data_common import small_corpus
+from xlnet_jax.run_setup import load_corpus_manifest
 from xlnet_jax.validate import ConfigError, validate_config
 
 # (overrides, devices, the field the message must name, a word of the constraint)
@@ -31,6 +33,16 @@ BAD_CONFIGS = [
     (dict(clip_norm=-1.0), None, "clip_norm", ">= 0"),
     (dict(adam_b2=1.0), None, "adam_b2", "[0, 1)"),
     (dict(min_lr_ratio=2.0), None, "min_lr_ratio", "[0, 1]"),
+    (dict(mesh_tensor=3), 8, "mesh_data", "does not divide 8"),
+    (dict(learning_rate=float("nan")), None, "learning_rate", "> 0"),
+    (dict(num_predict=0), None, "num_predict", ">= 1"),
+    (dict(num_train_steps=0), None, "num_train_steps", "> 0"),
+    (dict(batch_size=0), None, "batch_size", "> 0"),
+    (dict(checkpoint_every=0), None, "checkpoint_every", ">= 1"),
+    (dict(keep_checkpoints=0), None, "keep_checkpoints", ">= 1"),
+    (dict(eval_every=-1), None, "eval_every", ">= 0"),
+    (dict(adam_eps=0.0), None, "adam_eps", "> 0"),
+    (dict(weight_decay=-1.0), None, "weight_decay", ">= 0"),
 ]
 
 
@@ -78,3 +90,18 @@ def test_cli_rejects_unknown_field_and_bad_value_in_one_line(tmp_path):
     assert "config.learning_rate: must be > 0" in negative.stderr
     assert "Traceback" not in negative.stderr
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_tokenizer_vocab_must_match_the_config():
+    """The prepared corpus's tokenizer has 500 pieces; a 100-entry embedding cannot hold it."""
+    with pytest.raises(ConfigError) as info:
+        load_corpus_manifest(small_config(corpus_dir=small_corpus()))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("config.vocab_size: must equal the tokenizer's vocabulary, 500")
+    assert "(got 100)" in message
+
+
+def test_missing_corpus_dir_is_named():
+    with pytest.raises(ConfigError, match=r"config.corpus_dir: is empty; run `xlnet-jax prepare"):
+        load_corpus_manifest(small_config(corpus_dir=""))

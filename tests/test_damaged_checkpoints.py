@@ -16,31 +16,12 @@ import jax
 import pytest
 
 from tests import train_harness as harness
-from tests.train_config import get_config
-from xlnet_jax import optim, sharding
 from xlnet_jax.checkpoint import Checkpointer, CheckpointError, read_checkpoint
-from xlnet_jax.config import ModelConfig
-from xlnet_jax.layout import build_state
-from xlnet_jax.model import XLNetLM
-from xlnet_jax.run_setup import load_corpus_manifest
-
-
-def restore_setup(**overrides):
-    """(config, corpus fingerprint, abstract state) for restoring the reference run here."""
-    config = get_config()
-    config.corpus_dir = harness.corpus_dir()
-    for name, value in overrides.items():
-        config[name] = value
-    _, fingerprint = load_corpus_manifest(config)
-    model = XLNetLM(ModelConfig.from_config(config))
-    mesh = sharding.make_mesh(config)
-    _, abstract, _ = build_state(config, model, optim.make_optimizer(config), mesh)
-    return config, fingerprint, abstract
 
 
 @pytest.fixture(scope="module")
 def setup():
-    return restore_setup()
+    return harness.restore_setup()
 
 
 def restore(workdir, setup):
@@ -157,7 +138,7 @@ def test_changed_optimizer_structure_moves_no_checkpoint(tmp_path):
     workdir = harness.copy_run(harness.reference_run(), tmp_path / "run")
     before = digest(workdir / "checkpoints")
     with pytest.raises(CheckpointError, match="If the config changed since they were saved"):
-        restore(workdir, restore_setup(clip_norm=0.0))
+        restore(workdir, harness.restore_setup(clip_norm=0.0))
     assert digest(workdir / "checkpoints") == before
     assert not (workdir / "checkpoints_damaged").exists()
 
@@ -167,7 +148,7 @@ def test_changed_architecture_is_refused_before_reading_arrays(tmp_path):
     with pytest.raises(
         CheckpointError, match=r"different model config \(d_inner: checkpoint 64 vs config 32\)"
     ):
-        restore(workdir, restore_setup(d_inner=32))
+        restore(workdir, harness.restore_setup(d_inner=32))
     assert not (workdir / "checkpoints_damaged").exists()
 
 

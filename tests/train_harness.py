@@ -15,8 +15,14 @@ import jax
 import numpy as np
 
 from tests import test_data_common
+from tests.train_config import get_config
+from xlnet_jax import optim, sharding
 from xlnet_jax.checkpoint import load_trained_params, read_checkpoint
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.layout import build_state
 from xlnet_jax.metrics_writer import read_metrics
+from xlnet_jax.model import XLNetLM
+from xlnet_jax.run_setup import load_corpus_manifest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "tests" / "train_config.py")
@@ -93,6 +99,19 @@ def reference_run() -> pathlib.Path:
     workdir = pathlib.Path(root) / "run"
     run(workdir, "--config.checkpoint_every=2")
     return workdir
+
+
+def restore_setup(**overrides):
+    """(config, corpus fingerprint, abstract state) to restore a test run in this process."""
+    config = get_config()
+    config.corpus_dir = corpus_dir()
+    for name, value in overrides.items():
+        config[name] = value
+    _, fingerprint = load_corpus_manifest(config)
+    model = XLNetLM(ModelConfig.from_config(config))
+    mesh = sharding.make_mesh(config)
+    _, abstract, _ = build_state(config, model, optim.make_optimizer(config), mesh)
+    return config, fingerprint, abstract
 
 
 def copy_run(source, target) -> pathlib.Path:

@@ -343,7 +343,8 @@ def verify_checksums(tree, expected: dict[str, int] | None, item: str) -> None:
 def read_checkpoint(workdir: str, step: int | None = None) -> dict:
     """A checkpoint's items on this process's first device, whatever mesh saved them.
 
-    Returns {"step", "state", "mems", "meta"}; for export, inspection and tests.
+    Returns {"step", "state", "mems", "meta"}, checked against the saved checksums; for
+    export, inspection and tests. Any unreadable or damaged file is a CheckpointError.
     """
     directory = pathlib.Path(workdir).absolute() / "checkpoints"
     if not directory.is_dir():
@@ -361,24 +362,20 @@ def read_checkpoint(workdir: str, step: int | None = None) -> dict:
         step = manager.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"{directory} holds no finished checkpoint yet.")
-        here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        metadata = manager.item_metadata(step)
-        args = {
-            item: ocp.args.StandardRestore(
-                jax.tree.map(
-                    lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),
-                    metadata[item],
-                )
-            )
-            for item in ("state", "mems")
-        }
-        restored = manager.restore(
-            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **args)
-        )
+        try:
+            restored = _restore_on_one_device(manager, step)
+        except Exception as e:  # noqa: BLE001 - unreadable, missing or malformed files
+            raise CheckpointError(
+                f"{directory / str(step)} cannot be read ({_one_line(e)}); pick another step "
+                "or restore it from a backup."
+            ) from None
     finally:
         manager.close()
-    checksums = restored["meta"].get("checksums", {})
+    meta = restored["meta"]
     try:
+        if not isinstance(meta, dict):
+            raise _DamagedStep("meta is not an xlnet-jax checkpoint's")
+        checksums = meta.get("checksums", {})
         verify_checksums(restored["state"], checksums.get("state"), "state")
         verify_checksums(restored["mems"]["mems"], checksums.get("mems"), "mems")
     except _DamagedStep as e:
@@ -387,8 +384,23 @@ def read_checkpoint(workdir: str, step: int | None = None) -> dict:
         "step": step,
         "state": restored["state"],
         "mems": restored["mems"]["mems"],
-        "meta": restored["meta"],
+        "meta": meta,
     }
+
+
+def _restore_on_one_device(manager: ocp.CheckpointManager, step: int) -> dict:
+    """Every item of `step`, its arrays placed on this process's first device."""
+    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    metadata = manager.item_metadata(step)
+    args = {
+        item: ocp.args.StandardRestore(
+            jax.tree.map(
+                lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here), metadata[item]
+            )
+        )
+        for item in ("state", "mems")
+    }
+    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **args))
 
 
 def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict]:
