@@ -140,16 +140,17 @@ class Checkpointer:
         steps = self.steps()
         unreadable = []
         for step in reversed(steps):
+            state, reason = None, None
             try:
                 state = self._restore_step(step, abstract_state, config, corpus_fingerprint)
             except _DamagedStep as e:
-                log.warning(
-                    "Checkpoint step %d at %s cannot be restored (%s); trying an older step.",
-                    step,
-                    self.directory / str(step),
-                    e,
+                reason = str(e)
+            if not _on_every_process(reason is None):  # all processes fall back together
+                reason = reason or "unreadable on another process"
+                log.info(
+                    "Checkpoint step %d cannot be restored (%s); trying an older one.", step, reason
                 )
-                unreadable.append((step, str(e)))
+                unreadable.append((step, reason))
                 continue
             for bad_step, reason in unreadable:
                 self._quarantine(bad_step, reason, fallback=step)
@@ -256,6 +257,13 @@ class _DamagedStep(Exception):
 
 
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+
+def _on_every_process(ok: bool) -> bool:
+    """Whether `ok` holds on every process, so all of them take the same branch."""
+    if jax.process_count() == 1:
+        return ok
+    return bool(np.all(multihost_utils.process_allgather(np.int32(ok))))
 
 
 def _state_items(state: TrainState) -> dict:
