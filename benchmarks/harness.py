@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # CPU benchmarks (a libtpu install is ignored)
 
+import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
@@ -102,6 +103,22 @@ class Trainer:
         with jax.transfer_guard("disallow"):
             self.state, metrics = self.step(self.state, self.batch)
         return jax.block_until_ready(metrics)
+
+
+def init_params(c: ml_collections.ConfigDict) -> dict:
+    """Freshly initialised model parameters of `c`, on the host (no train step compiled)."""
+    model = XLNetLM(ModelConfig.from_config(c))
+    batch = synthetic_batch(c)
+    length, rows = c.seq_len, c.batch_size
+    args = (
+        batch["input_ids"],
+        batch["seg_ids"],
+        np.zeros((rows, length, length), bool),
+        np.zeros((rows, c.num_predict), np.int32),
+        np.zeros((c.n_layer, rows, c.mem_len, c.d_model), np.float32),
+    )
+    init = jax.jit(lambda key: model.init(key, *args, deterministic=True)["params"])
+    return jax.device_get(nn.meta.unbox(init(jax.random.key(c.seed))))
 
 
 def make_trainer(c: ml_collections.ConfigDict) -> Trainer:

@@ -23,8 +23,6 @@ from harness import describe, machine, make_trainer, ms, shape_config, time_call
 
 from xlnet_jax import flops
 
-DEVICE_COUNTS = (1, 2, 4, 8)
-
 
 def step_times(config, iters: int) -> list[float]:
     """Wall seconds of `iters` train steps after warm-up."""
@@ -79,9 +77,9 @@ def device_worker(shape: str, per_device: int, iters: int) -> None:
     print(json.dumps({"devices": jax.device_count(), "times": step_times(config, iters)}))
 
 
-def device_rows(shape: str, per_device: int, iters: int) -> list[str]:
+def device_rows(shape: str, per_device: int, counts: list[int], iters: int) -> list[str]:
     rows, one = [], None
-    for count in DEVICE_COUNTS:
+    for count in counts:
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}")
         command = [sys.executable, __file__, "--worker", shape, str(per_device), str(iters)]
         result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
@@ -104,6 +102,7 @@ def main() -> None:
     parser.add_argument("--shape", default="bench", help="width/layout of the seq and predict rows")
     parser.add_argument("--device_shape", default="tiny")
     parser.add_argument("--per_device_batch", type=int, default=4)
+    parser.add_argument("--device_counts", default="1,2,4,8")
     parser.add_argument("--iters", type=int, default=10)
     args = parser.parse_args()
     parts = args.only.split(",")
@@ -123,7 +122,16 @@ def main() -> None:
         print(f"simulated devices (data parallel), per device: {describe(config)}")
         print("| devices | global batch | step ms | step / (devices x 1-device step) |")
         print("|---|---|---|---|")
-        print("\n".join(device_rows(args.device_shape, args.per_device_batch, args.iters)))
+        print(
+            "\n".join(
+                device_rows(
+                    args.device_shape,
+                    args.per_device_batch,
+                    [int(n) for n in args.device_counts.split(",")],
+                    args.iters,
+                )
+            )
+        )
     print(f"\nload average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

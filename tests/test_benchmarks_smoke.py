@@ -1,0 +1,51 @@
+"""Each benchmark script runs end to end at a toy size and prints its markdown table.
+
+The scripts run as subprocesses on one CPU device (not the tests' 8 simulated ones), sharing
+a persistent compilation cache: the toy train step they all build compiles once.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from test_data_common import scratch, small_corpus
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+TOY = ("--iters", "1")
+RUNS = {
+    "train_throughput.py": ("--shapes", "toy", "--peak_n", "256", *TOY),
+    "flops_check.py": ("--shapes", "toy"),
+    "scaling.py": ("--only", "devices", "--device_shape", "toy", "--device_counts", "1", *TOY),
+    "memory.py": ("--shapes", "toy", "--no_search"),
+    "input_pipeline.py": ("--shapes", "toy", *TOY),
+}
+
+
+@pytest.fixture(scope="module")
+def env() -> dict:
+    """One device, and a compilation cache shared by all the scripts."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(
+        JAX_PLATFORMS="cpu",
+        JAX_COMPILATION_CACHE_DIR=scratch("jax-cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
+    return env
+
+
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_benchmark_prints_a_table(script: str, env: dict):
+    args = list(RUNS[script])
+    if script == "input_pipeline.py":
+        args += ["--corpus", small_corpus()]
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert len(table) >= 3 and set(table[1]) <= set("|-"), result.stdout
