@@ -174,13 +174,12 @@ class Checkpointer:
     ) -> TrainState:
         """One step's state, verified against its checksums; _DamagedStep if unreadable."""
         path = self.directory / str(step)
+        meta_only = ocp.args.Composite(meta=ocp.args.JsonRestore())
         try:
-            meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
-                "meta"
-            ]
+            meta = self.manager.restore(step, args=meta_only)["meta"]
         except Exception as e:  # noqa: BLE001 - any unreadable metadata means damaged
             raise _DamagedStep(f"meta unreadable: {_one_line(e)}") from None
-        if not isinstance(meta, dict) or not {"config", "corpus_fingerprint"} <= meta.keys():
+        if not _looks_like_meta(meta):
             raise _DamagedStep("meta is not an xlnet-jax checkpoint's")
         check_compatible(meta, config, corpus_fingerprint, path)
         same_memory = all(
@@ -257,6 +256,15 @@ class _DamagedStep(Exception):
 
 
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+
+def _looks_like_meta(meta) -> bool:
+    """Whether parsed JSON has the shape make_meta writes (valid JSON can still be garbage)."""
+    return (
+        isinstance(meta, dict)
+        and isinstance(meta.get("config"), dict)
+        and isinstance(meta.get("corpus_fingerprint"), str)
+    )
 
 
 def _on_every_process(ok: bool) -> bool:
