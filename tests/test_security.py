@@ -12,6 +12,8 @@ import logging
 import pathlib
 import pickle
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -52,8 +54,16 @@ def test_hf_import_refuses_a_pickle_in_pytorch_model_bin(tmp_path):
     config = ModelConfig(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_head=8, d_inner=64)
     (src / "config.json").write_text(json.dumps(hf.config_to_hf(config)))
     torch.save({"transformer.mask_emb": Payload(marker)}, src / "pytorch_model.bin")
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(ValueError, match="refused, it holds objects other than tensors"):
         hf.load_hf(src)
+    assert not marker.exists()
+    done = subprocess.run(
+        [sys.executable, "-m", "xlnet_jax.cli", "import-hf", str(src),
+         "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "refused" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not marker.exists()
 
 

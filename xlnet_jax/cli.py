@@ -201,7 +201,10 @@ def _single_source(args: list[str]) -> str:
 def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax import hf
 
-    hf.import_hf(_single_source(args), _require(fv, "out"))
+    try:
+        hf.import_hf(_single_source(args), _require(fv, "out"))
+    except ValueError as e:  # the importer names the file or field in every ValueError
+        raise ImportRefused(str(e)) from None
     return 0
 
 
@@ -279,6 +282,10 @@ class UsageError(Exception):
     """The command line is wrong; the message says how."""
 
 
+class ImportRefused(Exception):
+    """A HuggingFace directory cannot be imported; the message names the file or field."""
+
+
 def _known_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message is the whole story: printed as one line, exit 1."""
     from xlnet_jax.checkpoint import CheckpointError
@@ -296,6 +303,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
         NonFiniteError,
         WorkdirError,
         FileNotFoundError,
+        ImportRefused,
     )
 
 

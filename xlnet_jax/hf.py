@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import json
 import pathlib
+import pickle
 from collections.abc import Mapping, Sequence
 
 import flax.linen as nn
@@ -251,7 +252,14 @@ def _read_hf_state(path: pathlib.Path) -> dict[str, np.ndarray]:
             import torch
         except ImportError as e:
             raise ImportError(f"reading {path / _HF_TORCH} needs torch (pip install torch)") from e
-        state = torch.load(path / _HF_TORCH, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path / _HF_TORCH, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise ValueError(
+                f"{path / _HF_TORCH}: refused, it holds objects other than tensors (only "
+                "weights_only loads are allowed: unpickling runs code). Convert it to "
+                "model.safetensors with a trusted tool."
+            ) from e
         return {k: v.float().numpy() for k, v in state.items()}
     raise FileNotFoundError(f"{path}: neither {_HF_SAFETENSORS} nor {_HF_TORCH} found")
 
