@@ -94,7 +94,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for row in rows:
         r = run_compile(row)
-        ratio = f"{PAPER_STEP_SECONDS / r['t50']:.1f}x faster at 50%" if row.config == "large" else ""
+        ratio = ""
+        if row.config == "large":
+            ratio = f"{PAPER_STEP_SECONDS / r['t50']:.1f}x faster at 50%"
         print(
             f"| `{' '.join(row.command())}` | {r['devices']} | {r['peak']:.2f} / {r['hbm']:.1f} | "
             f"{'yes' if r['fits'] else 'NO'} | {r['t100']:.3f} / {r['t50']:.3f} | {ratio} |",
@@ -104,8 +106,10 @@ def main() -> None:
         return
     config, topology, devices = ("tiny", "v3:2x2", 8) if args.quick else ("large", "v3:2x2", 8)
     limit = 4 if args.quick else 64
-    print(f"\nLargest per-device batch for {config} on {topology} ({devices} devices, "
-          "data parallel, each try one `xlnet-jax compile ... --config.batch_size=N`):")  # fmt: skip
+    print(
+        f"\nLargest per-device batch for {config} on {topology} ({devices} devices, data "
+        "parallel; each try is `xlnet-jax compile ... --config.batch_size=N`):"
+    )
     for remat in (True, False):
         best = largest_batch(config, topology, devices, remat, limit)
         print(f"  remat={remat}: {best} rows per device", flush=True)

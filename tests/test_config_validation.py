@@ -43,6 +43,9 @@ BAD_CONFIGS = [
     (dict(eval_every=-1), None, "eval_every", ">= 0"),
     (dict(adam_eps=0.0), None, "adam_eps", "> 0"),
     (dict(weight_decay=-1.0), None, "weight_decay", ">= 0"),
+    (dict(learning_rate=float("inf")), None, "learning_rate", "finite"),
+    (dict(vocab_size=3), None, "vocab_size", "special pieces"),
+    (dict(mesh_tensor=8), 8, "mesh_tensor", "divide n_head"),
 ]
 
 
@@ -87,7 +90,7 @@ def test_cli_rejects_unknown_field_and_bad_value_in_one_line(tmp_path):
 
     negative = run("--config.learning_rate=-1.0", "--config.corpus_dir=/nonexistent")
     assert negative.returncode == 1
-    assert "config.learning_rate: must be > 0" in negative.stderr
+    assert "config.learning_rate: must be a finite number > 0" in negative.stderr
     assert "Traceback" not in negative.stderr
     assert not (tmp_path / "checkpoints").exists()
 

@@ -1,11 +1,16 @@
 """Config validation that runs before anything compiles: one line naming field and constraint."""
 
+import math
+
 import ml_collections
 
 from xlnet_jax import sharding
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.tokenizer import SPECIAL_IDS
 from xlnet_jax.model import validate_model_config
 from xlnet_jax.plm import PLMConfig, validate_plm_config
+
+NUM_SPECIAL_IDS = len(SPECIAL_IDS)
 
 
 class ConfigError(ValueError):
@@ -19,7 +24,18 @@ def _check(ok: bool, field: str, constraint: str, value) -> None:
 
 def validate_training_fields(c: ml_collections.ConfigDict) -> None:
     """Optimiser, loop and data fields: ranges that do not depend on devices."""
-    _check(c.learning_rate > 0, "learning_rate", "must be > 0", c.learning_rate)
+    _check(
+        math.isfinite(c.learning_rate) and c.learning_rate > 0,
+        "learning_rate",
+        "must be a finite number > 0",
+        c.learning_rate,
+    )
+    _check(
+        c.vocab_size >= NUM_SPECIAL_IDS,
+        "vocab_size",
+        f"must hold at least the {NUM_SPECIAL_IDS} special pieces",
+        c.vocab_size,
+    )
     _check(c.num_train_steps > 0, "num_train_steps", "must be > 0", c.num_train_steps)
     _check(c.warmup_steps >= 0, "warmup_steps", "must be >= 0", c.warmup_steps)
     _check(
@@ -107,3 +123,10 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int | None = None
         except sharding.MeshError as e:
             raise ConfigError(str(e)) from None
         validate_batch_layout(c, data * fsdp)
+        tensor = num_devices // (data * fsdp)
+        _check(
+            c.n_head % tensor == 0,
+            "mesh_tensor",
+            f"the tensor axis ({tensor}) must divide n_head={c.n_head}",
+            c.mesh_tensor,
+        )
