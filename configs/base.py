@@ -1,39 +1,21 @@
-"""XLNet-Base: 12 layers, 768 wide, 12 heads, GELU, at the published sequence layout.
+"""XLNet-Base: 12 layers, 768 wide, 12 heads, GELU, in the published setting otherwise.
 
-The paper gives no base pretraining recipe of its own; this keeps the large setting's
-sequence layout and objective and BERT-base's width, with batch 2048.
+The paper gives no separate base pretraining recipe; this keeps the large setting's
+sequence layout, objective and optimisation (batch 8192) with BERT-base's width.
 
+  xlnet-jax compile --config configs/base.py --topology v3:16x32
   xlnet-jax train --config configs/base.py --workdir gs://BUCKET/base --distributed \\
       --config.corpus_dir gs://BUCKET/corpus
-  xlnet-jax compile --config configs/base.py --topology v4:4x4x4
 """
 
-from xlnet_jax.config import default_config
+from xlnet_jax.config import default_config, published_setting
 
 
 def get_config():
-    c = default_config()
-    c.vocab_size = 32000
+    c = published_setting(default_config())
     c.d_model = 768
     c.n_layer = 12
     c.n_head = 12
     c.d_head = 64
     c.d_inner = 3072
-    c.ff_activation = "gelu"
-    c.seq_len = 512
-    c.reuse_len = 256
-    c.mem_len = 384
-    c.perm_size = 256
-    c.num_predict = 85
-    c.bi_data = True
-    c.batch_size = 2048
-    c.num_train_steps = 500_000
-    c.learning_rate = 4e-4
-    c.warmup_steps = 40_000
-    c.dtype = "bfloat16"
-    c.remat = True
-    c.log_every = 100
-    c.eval_every = 10_000
-    c.checkpoint_every = 2_000
-    c.peak_tflops_per_device = 123.0  # TPU v3 chip, bf16
     return c

@@ -1,7 +1,7 @@
 """Tiny XLNet: the CPU demo. Trains in a few minutes on the built-in corpus.
 
-  xlnet-jax prepare --out demo/corpus --vocab_size 8000
-  xlnet-jax train --config configs/tiny.py --workdir demo/run --config.corpus_dir demo/corpus
+xlnet-jax prepare --out demo/corpus --vocab_size 8000
+xlnet-jax train --config configs/tiny.py --workdir demo/run --config.corpus_dir demo/corpus
 """
 
 from xlnet_jax.config import default_config

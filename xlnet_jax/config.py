@@ -93,6 +93,39 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
+def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The paper's sequence layout, objective and optimisation (XLNET_REFERENCE.md 3-4), in
+    bfloat16 with remat for TPU; base and large add their widths."""
+    c.vocab_size = 32000
+    c.ff_activation = "gelu"
+    c.untie_r = True
+    c.dropout = 0.1
+    c.dropatt = 0.1
+    c.seq_len = 512
+    c.reuse_len = 256
+    c.mem_len = 384
+    c.perm_size = 256
+    c.num_predict = 85
+    c.mask_alpha = 6
+    c.mask_beta = 1
+    c.bi_data = True
+    c.batch_size = 8192
+    c.num_train_steps = 500_000
+    c.learning_rate = 4e-4
+    c.warmup_steps = 40_000
+    c.min_lr_ratio = 0.001
+    c.weight_decay = 0.01
+    c.adam_eps = 1e-6
+    c.clip_norm = 1.0
+    c.dtype = "bfloat16"
+    c.remat = True
+    c.log_every = 100
+    c.eval_every = 10_000
+    c.checkpoint_every = 2_000
+    c.peak_tflops_per_device = 61.5  # one TPU v3 core (a chip has two), bf16
+    return c
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The model's hashable view of the config (a Flax module attribute)."""
