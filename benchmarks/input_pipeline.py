@@ -42,16 +42,16 @@ def main() -> None:
     parser.add_argument("--shapes", default="tiny,bench")
     parser.add_argument("--iters", type=int, default=10, help="timed train steps per shape")
     args = parser.parse_args()
-    print(f"machine: {machine()}\n")
-    print(
-        "| shape | batch ms: produced | step ms: consumed | batches/s produced | consumed | ratio |"
-    )
-    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         corpus = args.corpus
         if corpus is None:
             corpus = os.path.join(tmp, "corpus")
             prepare_corpus([], corpus, vocab_size=8000)
+        print(f"\nmachine: {machine()}\n")
+        print(
+            "| shape | batch ms: produced | step ms: consumed | batches/s produced | consumed "
+            "| ratio |\n|---|---|---|---|---|---|"
+        )
         notes = []
         for name in args.shapes.split(","):
             config = shape_config(name)
