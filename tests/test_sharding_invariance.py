@@ -4,6 +4,7 @@ import functools
 
 import jax
 import numpy as np
+import pytest
 
 from tests.helpers import small_config, synthetic_batch
 from xlnet_jax import layout, optim, sharding, steps
@@ -38,11 +39,19 @@ def _train(config, devices, num_steps=3):
     return losses, jax.device_get(state.params), jax.device_get(state.mems), state
 
 
-def test_eight_devices_match_one_device():
-    config = small_config(bi_data=True)
-    one = small_config(bi_data=True, mesh_data=1)
-    losses_1, params_1, mems_1, _ = _train(one, jax.devices()[:1])
-    config.mesh_data, config.mesh_fsdp, config.mesh_tensor = 2, 2, 2
+# Dropout off so gradient accumulation can be compared exactly; dropout under sharding is
+# covered by tests/test_multihost.py (2 processes x 2 devices against 1 device).
+BASE = dict(bi_data=True, dropout=0.0, dropatt=0.0)
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    return _train(small_config(mesh_data=1, **BASE), jax.devices()[:1])
+
+
+def test_eight_devices_match_one_device(one_device):
+    losses_1, params_1, mems_1, _ = one_device
+    config = small_config(mesh_data=2, mesh_fsdp=2, mesh_tensor=2, **BASE)
     losses_8, params_8, mems_8, state_8 = _train(config, jax.devices()[:8])
 
     np.testing.assert_allclose(losses_8, losses_1, atol=1e-5)
@@ -55,10 +64,9 @@ def test_eight_devices_match_one_device():
     assert state_8.mems.addressable_shards[0].data.shape[1] == config.batch_size // 4
 
 
-def test_grad_accumulation_matches_one_big_batch_without_dropout():
-    base = dict(dropout=0.0, dropatt=0.0, mesh_data=1)
-    losses_1, params_1, mems_1, _ = _train(small_config(**base), jax.devices()[:1])
-    accum = small_config(grad_accum_steps=4, **base)
+def test_grad_accumulation_matches_one_big_batch(one_device):
+    losses_1, params_1, mems_1, _ = one_device
+    accum = small_config(mesh_data=1, grad_accum_steps=4, **BASE)
     losses_4, params_4, mems_4, _ = _train(accum, jax.devices()[:1])
     np.testing.assert_allclose(losses_4, losses_1, atol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params_4, params_1)

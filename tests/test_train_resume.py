@@ -1,6 +1,7 @@
 """Exact resume: SIGKILL and SIGTERM mid-run, then resume, reproduce an uninterrupted run
 bit for bit, recurrence memory included."""
 
+import logging
 import signal
 
 import jax
@@ -11,17 +12,16 @@ import pytest
 from tests import train_harness as harness
 from tests.train_config import get_config
 from xlnet_jax import steps
+from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.model import XLNetLM
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory):
-    """An uninterrupted 12-step run with checkpoints at 6 and 12."""
-    workdir = tmp_path_factory.mktemp("straight") / "run"
-    harness.run(workdir)
-    return workdir
+def straight():
+    """The session's uninterrupted 12-step run (checkpoints at 4, 6, 8, 10, 12)."""
+    return harness.reference_run()
 
 
 def test_sigkill_after_checkpoint_then_resume_is_bit_exact(straight, tmp_path):
@@ -89,22 +89,25 @@ def test_carried_memory_changes_the_loss(straight):
     assert abs(loss_with - loss_without) > 1e-5, (loss_with, loss_without)
 
 
-def test_resume_on_another_mesh_then_with_another_batch(straight, tmp_path):
-    """A checkpoint made on 1 device resumes on 2; a new global batch restarts the memory."""
-    import shutil
-
-    workdir = tmp_path / "moved"
-    shutil.copytree(straight, workdir)
+def test_resume_on_another_device_count_keeps_the_memory(straight, tmp_path):
+    """A checkpoint made on 1 device resumes on 2 devices, memory included."""
+    workdir = harness.copy_run(straight, tmp_path / "moved")
     harness.run(workdir, "--config.num_train_steps=13", devices=2)
     log = harness.log_tail(workdir)
     assert "Resumed from step 12" in log and "memory restarts" not in log
-    assert 13 in harness.losses(workdir)
+    assert np.isfinite(harness.losses(workdir)[13])
 
-    harness.run(workdir, "--config.num_train_steps=14", "--config.batch_size=4", devices=2)
-    log = harness.log_tail(workdir)
-    assert "Resumed from step 13" in log
-    assert "the recurrence memory restarts from zeros" in log
-    assert np.isfinite(harness.losses(workdir)[14])
+
+def test_a_new_global_batch_restores_all_but_the_memory(straight, tmp_path, caplog):
+    workdir = harness.copy_run(straight, tmp_path / "rebatched")
+    config, fingerprint, abstract = harness.restore_setup(batch_size=16)
+    checkpointer = Checkpointer(str(workdir), config)
+    with caplog.at_level(logging.WARNING):
+        state = checkpointer.restore(abstract, config, fingerprint)
+    checkpointer.close()
+    assert int(state.step) == 12 and state.mems is None
+    assert "the recurrence memory restarts from zeros" in caplog.text
+    harness.assert_trees_equal(state.params, harness.final_params(straight))
 
 
 def test_metrics_reach_tensorboard_jsonl_and_the_console(straight):
