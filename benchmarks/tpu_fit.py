@@ -36,12 +36,10 @@ class Row:
 
 FULL_ROWS = [
     Row("large", "v3:16x32"),
-    Row("large", "v3:16x32", ("--config.remat=False",)),
-    Row("large", "v4:8x8x8"),
     Row("large", "v5e:16x16"),
-    Row("large", "v5p:8x8x8"),
+    Row("large", "v4:8x8x8"),
     Row("base", "v3:16x32"),
-    Row("base", "v4:8x8x8"),
+    Row("large", "v5p:8x8x8"),
 ]
 QUICK_ROWS = [Row("tiny", "v3:2x2"), Row("tiny", "v4:2x2x1"), Row("tiny", "v5e:2x2")]
 
