@@ -21,13 +21,13 @@ def get_config():
     c.perm_size = 64
     c.num_predict = 21
     c.batch_size = 16
-    c.num_train_steps = 600
+    c.num_train_steps = 300
     c.learning_rate = 1e-3
-    c.warmup_steps = 60
+    c.warmup_steps = 30
     c.dropout = 0.0
     c.dropatt = 0.0
     c.log_every = 20
-    c.eval_every = 200
+    c.eval_every = 100
     c.eval_steps = 8
     c.checkpoint_every = 100
     return c
