@@ -335,6 +335,18 @@ def _parse(fv: flags.FlagValues, name: str, rest: list[str]) -> list[str]:
     return args
 
 
+def _exit_now(code: int) -> None:
+    """Exits without waiting for library threads: the error line stays the last word.
+
+    Everything that must reach disk was closed by the command's own cleanup before the
+    error got here; what remains are orbax's idle asyncio threads, whose shutdown would
+    print tracebacks after the message.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str]) -> int:
     """Runs `xlnet-jax` with argv (without the program name); returns the exit code."""
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -366,7 +378,7 @@ def main(argv: list[str]) -> int:
         return 2
     except _known_errors() as e:
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
-        return 1
+        _exit_now(1)
 
 
 def run() -> None:

@@ -190,7 +190,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     lock = prepare_workdir(workdir, checkpoint_bytes)
 
     checkpointer = Checkpointer(workdir, config)
-    state = checkpointer.restore(abstract_state, config, fingerprint)
+    try:
+        state = checkpointer.restore(abstract_state, config, fingerprint)
+    except BaseException:
+        # Close orbax's background machinery before the error reaches the user, so the
+        # one-line message is not followed by its threads' shutdown noise.
+        checkpointer.close()
+        lock.release()
+        raise
     if state is None:
         _announce_new_run(workdir)
         state = init()
