@@ -1,7 +1,7 @@
 """Data pipeline throughput: corpus preparation and stream batching, on this machine's CPU.
 
 Prepares the built-in corpus (stdlib docstrings) with an 8000-piece vocabulary, then times
-StreamBatcher.batch at the tiny training shape and at the published sequence length, on
+StreamBatcher.batch at the small training shape and at the published sequence length, on
 one core. Prints a markdown table.
 
   .venv/bin/python benchmarks/data_throughput.py [--corpus DIR] [--steps 300]
@@ -18,8 +18,8 @@ from xlnet_jax.data.prepare import load_manifest, prepare_corpus
 from xlnet_jax.data.streams import StreamBatcher
 
 SHAPES = (  # (name, seq_len, reuse_len, global batch, bi_data)
-    ("tiny", 128, 64, 16, False),
-    ("tiny, bi_data", 128, 64, 16, True),
+    ("small", 128, 64, 16, False),
+    ("small, bi_data", 128, 64, 16, True),
     ("seq 512", 512, 256, 8, False),
     ("seq 512, bi_data", 512, 256, 8, True),
 )

@@ -7,7 +7,7 @@ flops.forward_flops_per_row * batch (matmuls only): XLA's count should be a few 
 higher. The lowered (unoptimised) module is analysed because the compiled CPU program hands
 its matmuls to YNNPACK custom calls, which the compiled cost analysis does not count.
 
-  .venv/bin/python benchmarks/flops_check.py [--shapes tiny,bench,base]
+  .venv/bin/python benchmarks/flops_check.py [--shapes small,bench,base]
 """
 
 import argparse
@@ -40,7 +40,7 @@ def xla_forward_flops(config) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="tiny,bench,base", help=f"from {sorted(SHAPES)}")
+    parser.add_argument("--shapes", default="small,bench,base", help=f"from {sorted(SHAPES)}")
     args = parser.parse_args()
     print("| shape | layers | flops.py forward GFLOP | XLA cost_analysis GFLOP | XLA / ours |")
     print("|---|---|---|---|---|")

@@ -5,7 +5,7 @@ pipeline keeps up when it produces faster than the step consumes. Production is 
 alone (numpy, one host thread), consumption is our compiled train step on a synthetic batch
 of the same shape (its cost does not depend on which ids the rows hold).
 
-  .venv/bin/python benchmarks/input_pipeline.py [--corpus DIR] [--shapes tiny,bench]
+  .venv/bin/python benchmarks/input_pipeline.py [--corpus DIR] [--shapes small,bench]
 
 Without --corpus, the built-in corpus is prepared in a temporary directory first.
 """
@@ -39,7 +39,7 @@ def produced(corpus: str, config, iters: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", help="a prepared corpus (default: prepare the built-in one)")
-    parser.add_argument("--shapes", default="tiny,bench")
+    parser.add_argument("--shapes", default="small,bench")
     parser.add_argument("--iters", type=int, default=10, help="timed train steps per shape")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@
   here) in a subprocess, and fits when the process's RSS before compiling plus XLA's
   estimate is at most --budget_gb. Doubling from 512, then bisecting to --resolution.
 
-.venv/bin/python benchmarks/memory.py [--shapes tiny,bench,base] [--no_search]
+.venv/bin/python benchmarks/memory.py [--shapes small,bench,base] [--no_search]
 """
 
 import argparse
@@ -136,7 +136,7 @@ def main() -> None:
         print(json.dumps(report))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="tiny,bench,base")
+    parser.add_argument("--shapes", default="small,bench,base")
     parser.add_argument("--budget_gb", type=float, default=24.0)
     parser.add_argument("--resolution", type=int, default=256)
     parser.add_argument("--no_search", action="store_true", help="skip the seq_len search")

@@ -100,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="seq,predict,devices")
     parser.add_argument("--shape", default="bench", help="width/layout of the seq and predict rows")
-    parser.add_argument("--device_shape", default="tiny")
+    parser.add_argument("--device_shape", default="small")
     parser.add_argument("--per_device_batch", type=int, default=4)
     parser.add_argument("--device_counts", default="1,2,4,8")
     parser.add_argument("--iters", type=int, default=10)

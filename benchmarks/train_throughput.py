@@ -8,7 +8,7 @@ also samples the PLM targets and order on device; HF's masks are made outside it
 Steps of the two frameworks alternate, so both see the same machine load. MFU is the
 analytic model FLOP rate (xlnet_jax/flops.py) over the float32 matmul peak measured here.
 
-  .venv/bin/python benchmarks/train_throughput.py                      # tiny,bench,base
+  .venv/bin/python benchmarks/train_throughput.py                      # tiny,small,bench,base
   .venv/bin/python benchmarks/train_throughput.py --shapes tiny --iters 10
 """
 
@@ -128,7 +128,7 @@ def alternate(ours, theirs, iters: int, warmup: int = 2) -> tuple[list[float], l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="tiny,bench,base", help=f"from {sorted(SHAPES)}")
+    parser.add_argument("--shapes", default="tiny,small,bench,base", help=f"from {sorted(SHAPES)}")
     parser.add_argument("--iters", type=int, default=10, help="timed steps per framework")
     parser.add_argument("--peak_n", type=int, default=2048, help="size of the peak matmul")
     args = parser.parse_args()

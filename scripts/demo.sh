@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh ""
 if [ ! -f demo/corpus/manifest.json ]; then
-  .venv/bin/xlnet-jax prepare --out demo/corpus --vocab_size 8000
+  .venv/bin/xlnet-jax prepare --out demo/corpus --vocab_size 2000
 fi
 .venv/bin/xlnet-jax train --config configs/tiny.py --workdir demo/run \
   --config.corpus_dir demo/corpus "$@"

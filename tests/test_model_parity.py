@@ -171,8 +171,8 @@ def test_init_axes_dropout_and_bfloat16():
     assert np.isfinite(np.asarray(logits)).all()
 
 
-def test_remat_same_gradients_and_depth_same_program():
-    """remat changes no gradient; the compiled program does not grow with n_layer (scan)."""
+def test_remat_and_unroll_same_gradients_and_depth_same_program():
+    """remat and scan_unroll change no gradient; the program does not grow with n_layer."""
     config = ModelConfig(**SMALL, d_head=8, mem_len=4)
     args, params = _model_inputs(config), random_params(config)
 
@@ -183,8 +183,9 @@ def test_remat_same_gradients_and_depth_same_program():
         return jax.jit(jax.grad(loss))
 
     plain = grad_fn(config)(params)
-    remat = grad_fn(dataclasses.replace(config, remat=True))(params)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), plain, remat)
+    for variant in (dict(remat=True), dict(scan_unroll=config.n_layer)):
+        other = grad_fn(dataclasses.replace(config, **variant))(params)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), plain, other)
 
     def program_lines(n_layer):
         deep = dataclasses.replace(config, n_layer=n_layer)
