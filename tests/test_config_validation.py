@@ -46,7 +46,7 @@ BAD_CONFIGS = [
     (dict(learning_rate=float("inf")), None, "learning_rate", "finite"),
     (dict(vocab_size=3), None, "vocab_size", "special pieces"),
     (dict(mesh_tensor=8), 8, "mesh_tensor", "divide n_head"),
-    (dict(scan_unroll=0), None, "scan_unroll", "n_layer"),
+    (dict(scan_unroll=0), None, "scan_unroll", ">= 1"),
 ]
 
 

@@ -46,7 +46,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.bi_data = False  # Half of each data shard's rows are the same streams reversed.
     c.dtype = "float32"  # Compute dtype: "float32" or "bfloat16"; params stay float32.
     c.remat = False  # Rematerialise each layer in the backward pass to save memory.
-    c.scan_unroll = 1  # Layers per scan iteration; n_layer unrolls (faster step, longer compile).
+    c.scan_unroll = 1  # Layers per scan iteration; >= n_layer unrolls all (faster, longer compile).
 
     # --- Sequence layout and the permutation-LM objective ---
     c.seq_len = 128  # Tokens per row: reuse block + A <sep> B <sep> <cls>.
