@@ -66,9 +66,12 @@ def run_compile(row: Row) -> dict:
 
 
 def largest_batch(config: str, topology: str, devices: int, remat: bool, limit: int) -> int:
-    """Largest per-device batch (powers of two up to `limit`) whose step fits in HBM."""
+    """Largest per-device batch (powers of two from 2 up to `limit`) whose step fits in HBM.
+
+    Starts at 2: base and large use bi_data, which needs an even batch per data shard.
+    """
     best = 0
-    per_device = 1
+    per_device = 2
     while per_device <= limit:
         row = Row(config, topology, (
             f"--config.batch_size={per_device * devices}",

@@ -12,6 +12,8 @@ import os
 import pathlib
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -94,17 +96,35 @@ def make_batcher(config, corpus_dir: str, split: str, mesh) -> StreamBatcher:
     )
 
 
-def evaluate(params, config, batcher, eval_fn, put, zero_mems) -> dict:
-    """Held-out PLM loss and accuracy over eval_steps validation batches, memory carried."""
-    mems, totals = zero_mems, []
+def make_evaluator(
+    config: ml_collections.ConfigDict, model: XLNetLM, mesh, corpus_dir: str, abstract_state
+) -> Callable[[Any], dict]:
+    """params -> held-out PLM loss and accuracy over eval_steps validation batches.
+
+    The memory starts from zeros and is carried across the batches; the PLM keys are fixed,
+    so every evaluation of the same params sees the same targets.
+    """
+    mems_sharding = abstract_state.mems.sharding
+    eval_fn = jax.jit(
+        functools.partial(steps.eval_step, model=model, config=config),
+        out_shardings=(mems_sharding, sharding.replicated(mesh)),
+    )
+    batcher = make_batcher(config, corpus_dir, "validation", mesh)
+    put = functools.partial(to_global, shardings=batch_shardings(mesh, config.logical_axis_rules))
+    zero_mems = jax.jit(jnp.zeros_like, out_shardings=mems_sharding)(abstract_state.mems)
     base_key = jax.random.PRNGKey(config.seed + 1)
-    for index in range(config.eval_steps):
-        key = jax.random.fold_in(base_key, index)
-        mems, terms = eval_fn(params, mems, put(batcher.batch(index)), key)
-        totals.append(terms)
-    nll, count, correct = np.sum(np.asarray(jax.device_get(totals)), axis=0)
-    count = max(float(count), 1.0)
-    return {"loss": float(nll) / count, "accuracy": float(correct) / count}
+
+    def evaluate(params) -> dict:
+        mems, totals = zero_mems, []
+        for index in range(config.eval_steps):
+            key = jax.random.fold_in(base_key, index)
+            mems, terms = eval_fn(params, mems, put(batcher.batch(index)), key)
+            totals.append(terms)
+        nll, count, correct = np.sum(np.asarray(jax.device_get(totals)), axis=0)
+        count = max(float(count), 1.0)
+        return {"loss": float(nll) / count, "accuracy": float(correct) / count}
+
+    return evaluate
 
 
 class _NonFiniteMonitor:
@@ -221,14 +241,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     step_fn = step_fn.lower(abstract_state, abstract_batch(config, shardings)).compile()
     log.info("Compiled the train step in %.1f s", time.time() - compile_start)
 
-    eval_fn = jax.jit(
-        functools.partial(steps.eval_step, model=model, config=config),
-        out_shardings=(state_shardings.mems, sharding.replicated(mesh)),
+    evaluate = (
+        make_evaluator(config, model, mesh, manifest.path, abstract_state)
+        if config.eval_every
+        else None
     )
-    eval_batcher = (
-        make_batcher(config, manifest.path, "validation", mesh) if config.eval_every else None
-    )
-    zero_mems = jax.jit(jnp.zeros_like, out_shardings=state_shardings.mems)(abstract_state.mems)
 
     writer = MetricsWriter(workdir, enabled=primary)
     progress = ProgressLine(config.num_train_steps, enabled=primary)
@@ -272,8 +289,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                 progress.update(done, records[-1], throughput)
                 pending, interval_start = [], time.time()
                 monitor.check(records, last_saved)
-            if eval_batcher is not None and done % config.eval_every == 0:
-                result = evaluate(state.params, config, eval_batcher, eval_fn, put, zero_mems)
+            if evaluate is not None and done % config.eval_every == 0:
+                result = evaluate(state.params)
                 writer.write(done, result, kind="eval")
                 progress.note(
                     f"eval at step {done}: loss {result['loss']:.4f}, "
