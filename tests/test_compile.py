@@ -37,6 +37,7 @@ def test_oversized_config_says_does_not_fit_with_advice(tmp_path):
     assert compiled is None and not report.fits
     last = aot.format_report(report).splitlines()[-1]
     assert last.startswith("does not fit: ") and "GiB > 16.0 GiB per device" in last
+    assert report.peak_bytes > 16 * 2**30  # XLA's own figure, parsed from its error
     assert "remat" in last and "fsdp" in last
 
 

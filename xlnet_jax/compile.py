@@ -115,7 +115,8 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
     except Exception as e:  # noqa: BLE001 - XLA reports out-of-memory as a runtime error
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
-        needed = re.search(r"Used ([\d.]+)([GMK])", str(e))
+        # libtpu says "Used 20.5G of 15.75G hbm" or "...required for HLO temporaries (202.10G)".
+        needed = re.search(r"(?:Used |required[^(]*\()([\d.]+)([GMK])", str(e))
         used = (
             float(needed.group(1)) * {"G": GIB, "M": 2**20, "K": 2**10}[needed.group(2)]
             if needed
@@ -184,9 +185,14 @@ def format_report(r: CompileReport) -> str:
             f"fits: {r.peak_bytes / GIB:.2f} GiB <= {r.hbm_bytes / GIB:.1f} GiB per device"
         )
     else:
+        hbm = f"{r.hbm_bytes / GIB:.1f} GiB per device"
         lines.append(
-            f"does not fit: {r.peak_bytes / GIB:.2f} GiB > {r.hbm_bytes / GIB:.1f} GiB per device. "
-            "Try a smaller per-device batch (config.batch_size or grad_accum_steps), "
+            (
+                f"does not fit: {r.peak_bytes / GIB:.2f} GiB > {hbm}. "
+                if r.peak_bytes
+                else f"does not fit: XLA ran out of the {hbm} ({r.error}). "
+            )
+            + "Try a smaller per-device batch (config.batch_size or grad_accum_steps), "
             "config.remat=True, or more fsdp (config.mesh_fsdp)."
         )
     return "\n".join(lines)
