@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from harness import describe, machine, shape_config  # noqa: E402
+from train_throughput import hf_model  # noqa: E402
 
 from xlnet_jax import hf, optim, plm, sharding, steps  # noqa: E402
 from xlnet_jax.config import ModelConfig  # noqa: E402
@@ -110,16 +111,7 @@ class Reference:
 
     def __init__(self, config: ml_collections.ConfigDict, params: dict):
         model_config = ModelConfig.from_config(config)
-        self.model = transformers.XLNetLMHeadModel(
-            transformers.XLNetConfig(**hf.config_to_hf(model_config))
-        )
-        state = {
-            k: torch.from_numpy(v.copy()) for k, v in hf.params_to_hf(model_config, params).items()
-        }
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected or set(missing) != {"lm_loss.weight"}:
-            raise RuntimeError(f"HF weights: missing {missing}, unexpected {unexpected}")
-        self.model.train()
+        self.model = hf_model(config, params)
         # Our decay mask, exported like the weights: 1.0 where decay applies, per HF name.
         mask = jax.tree.map(
             lambda decays, p: np.full(p.shape, decays, np.float32),

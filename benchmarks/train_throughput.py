@@ -39,21 +39,24 @@ from xlnet_jax import flops, hf, plm  # noqa: E402
 from xlnet_jax.config import ModelConfig  # noqa: E402
 
 
+def hf_model(config, params: dict) -> transformers.XLNetLMHeadModel:
+    """HF's XLNetLMHeadModel holding our params (exported with hf.py), in training mode."""
+    model_config = ModelConfig.from_config(config)
+    model = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**hf.config_to_hf(model_config)))
+    state = {
+        k: torch.from_numpy(v.copy()) for k, v in hf.params_to_hf(model_config, params).items()
+    }
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) != {"lm_loss.weight"}:
+        raise RuntimeError(f"HF weights: missing {missing}, unexpected {unexpected}")
+    return model.train()
+
+
 class HFTrainer:
     """transformers.XLNetLMHeadModel with AdamW, fed the masks our step samples."""
 
     def __init__(self, config, params, batch: dict, rng_data: np.ndarray, num_masks: int):
-        model_config = ModelConfig.from_config(config)
-        self.model = transformers.XLNetLMHeadModel(
-            transformers.XLNetConfig(**hf.config_to_hf(model_config))
-        )
-        state = {
-            k: torch.from_numpy(v.copy()) for k, v in hf.params_to_hf(model_config, params).items()
-        }
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected or set(missing) != {"lm_loss.weight"}:
-            raise RuntimeError(f"HF weights: missing {missing}, unexpected {unexpected}")
-        self.model.train()
+        self.model = hf_model(config, params)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=config.learning_rate,
