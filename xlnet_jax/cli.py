@@ -22,7 +22,7 @@ commands:
 {commands}
 
 Run `xlnet-jax COMMAND --help` for a command's flags.
-Quick demo:  xlnet-jax prepare --out demo/corpus --vocab_size 8000
+Quick demo:  xlnet-jax prepare --out demo/corpus --vocab_size 2000
              xlnet-jax train --config configs/tiny.py --workdir demo/run \\
                  --config.corpus_dir demo/corpus
 """
