@@ -90,6 +90,22 @@ def test_damaged_newest_step_falls_back_with_a_warning(damage, setup, tmp_path, 
     assert digest(checkpoints / "10") == fallback
 
 
+def test_a_reader_that_does_not_own_the_workdir_moves_nothing(setup, tmp_path, caplog):
+    """xlnet-jax eval restores with move_damaged=False: it falls back but leaves step 12."""
+    workdir = harness.copy_run(harness.reference_run(), tmp_path / "run")
+    truncate(workdir / "checkpoints" / "12")
+    config, fingerprint, abstract = setup
+    checkpointer = Checkpointer(str(workdir), config)
+    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint"):
+        state = checkpointer.restore(abstract, config, fingerprint, move_damaged=False)
+    checkpointer.close()
+    assert int(jax.device_get(state.step)) == 10
+    assert "Skipped damaged checkpoint step 12 (arrays unreadable" in caplog.text
+    assert "left in place; using step 10" in caplog.text
+    assert (workdir / "checkpoints" / "12").exists()
+    assert not (workdir / "checkpoints_damaged").exists()
+
+
 def test_read_checkpoint_refuses_flipped_bytes(tmp_path):
     """Export and eval read through read_checkpoint: bit rot is an error there too."""
     workdir = harness.copy_run(harness.reference_run(), tmp_path / "run")

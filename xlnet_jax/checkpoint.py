@@ -127,6 +127,8 @@ class Checkpointer:
         abstract_state: TrainState,
         config: ml_collections.ConfigDict,
         corpus_fingerprint: str,
+        *,
+        move_damaged: bool = True,
     ) -> TrainState | None:
         """Restores the newest intact step into `abstract_state`'s shardings, or None if empty.
 
@@ -134,7 +136,8 @@ class Checkpointer:
         checkpoints_damaged/, never deleted) once an older step restores, which proves the
         code and config can read this run's checkpoints; if none restores, nothing is moved
         and the run stops rather than silently starting over. A checkpoint made for another
-        model or corpus stops the run at once.
+        model or corpus stops the run at once. Readers that do not own the workdir (eval)
+        pass move_damaged=False: the damaged step is named and left where it is.
         """
         self._warn_unfinished_writes()
         steps = self.steps()
@@ -153,7 +156,15 @@ class Checkpointer:
                 unreadable.append((step, reason))
                 continue
             for bad_step, reason in unreadable:
-                self._quarantine(bad_step, reason, fallback=step)
+                if move_damaged:
+                    self._quarantine(bad_step, reason, fallback=step)
+                else:
+                    log.warning(
+                        "Skipped damaged checkpoint step %d (%s), left in place; using step %d.",
+                        bad_step,
+                        reason,
+                        step,
+                    )
             return state
         if unreadable:
             tried = "; ".join(f"step {step}: {reason}" for step, reason in unreadable)

@@ -26,7 +26,7 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict:
     model = XLNetLM(ModelConfig.from_config(config))
     _, abstract_state, _ = layout.build_state(config, model, optim.make_optimizer(config), mesh)
     checkpointer = Checkpointer(workdir, config)
-    state = checkpointer.restore(abstract_state, config, fingerprint)
+    state = checkpointer.restore(abstract_state, config, fingerprint, move_damaged=False)
     checkpointer.close()
     if state is None:
         raise CheckpointError(f"{workdir} has no checkpoint to evaluate; train first.")
