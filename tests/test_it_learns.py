@@ -41,22 +41,39 @@ def cyclic_corpus() -> str:
     return out
 
 
+OVERRIDES = [
+    f"--config.vocab_size={VOCAB}", "--config.d_model=64", "--config.n_head=2",
+    "--config.d_head=32", "--config.d_inner=128", "--config.seq_len=32",
+    "--config.reuse_len=16", "--config.mem_len=16", "--config.perm_size=16",
+    "--config.num_predict=10", "--config.num_train_steps=300", "--config.warmup_steps=10",
+    "--config.learning_rate=5e-3", "--config.eval_every=300", "--config.checkpoint_every=300",
+    "--config.log_every=10",
+]  # fmt: skip
+
+
+def cli(command: str, workdir, corpus: str) -> subprocess.CompletedProcess:
+    """`xlnet-jax COMMAND --config configs/tiny.py` with this test's overrides."""
+    return subprocess.run(
+        [sys.executable, "-m", "xlnet_jax.cli", command, "--config", "configs/tiny.py",
+         "--workdir", str(workdir), f"--config.corpus_dir={corpus}", *OVERRIDES],
+        capture_output=True, text=True, env=environment(), timeout=600,
+    )  # fmt: skip
+
+
 def test_heldout_loss_falls_far_below_unigram_entropy(tmp_path):
     corpus = cyclic_corpus()
     workdir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "xlnet_jax.cli", "train", "--config", "configs/tiny.py",
-         "--workdir", str(workdir), f"--config.corpus_dir={corpus}", f"--config.vocab_size={VOCAB}",
-         "--config.d_model=64", "--config.n_head=2", "--config.d_head=32",
-         "--config.d_inner=128", "--config.seq_len=32", "--config.reuse_len=16",
-         "--config.mem_len=16", "--config.perm_size=16", "--config.num_predict=10",
-         "--config.num_train_steps=300", "--config.warmup_steps=10",
-         "--config.learning_rate=5e-3", "--config.eval_every=300",
-         "--config.checkpoint_every=300", "--config.log_every=10"],
-        capture_output=True, text=True, env=environment(), timeout=600,
-    )  # fmt: skip
+    done = cli("train", workdir, corpus)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     heldout = [row["loss"] for row in rows if row["kind"] == "eval"][-1]
     entropy = unigram_entropy(load_manifest(corpus), VOCAB)
     assert heldout < 0.5 * entropy, (heldout, entropy)
+
+    # `xlnet-jax eval` restores the checkpoint and scores the same held-out batches.
+    evaluated = cli("eval", workdir, corpus)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert f"step 300: held-out PLM loss {heldout:.4f} nats" in evaluated.stdout + evaluated.stderr
+    assert (
+        f"the corpus unigram entropy is {entropy:.4f} nats" in evaluated.stdout + evaluated.stderr
+    )
