@@ -87,19 +87,10 @@ class Ours:
 def plm_masks(config: ml_collections.ConfigDict, rng_data: np.ndarray):
     """jitted (batch, step) -> perm_mask, target_pos, target_ids, target_weights, drawn with
     the PLM key our train_step derives from the state's rng at that step."""
-    plm_config = plm.PLMConfig.from_config(config)
 
     @jax.jit
     def masks(batch: Batch, step: int):
-        key, _ = jax.random.split(jax.random.fold_in(jax.random.wrap_key_data(rng_data), step))
-        sample = plm.sample_plm(
-            key,
-            batch["input_ids"],
-            batch["is_word_start"],
-            batch["is_functional"],
-            batch["is_backward"],
-            plm_config,
-        )
+        sample = steps.sample_targets(batch, steps.step_keys(rng_data, step)[0], config)
         mask = plm.perm_mask(sample, batch["is_functional"], config.reuse_len)
         return mask, sample.target_pos, sample.target_ids, sample.target_weights
 

@@ -35,7 +35,7 @@ from harness import (  # noqa: E402
     shape_config,
 )
 
-from xlnet_jax import flops, hf, plm  # noqa: E402
+from xlnet_jax import flops, hf, plm, steps  # noqa: E402
 from xlnet_jax.config import ModelConfig  # noqa: E402
 
 
@@ -73,15 +73,7 @@ class HFTrainer:
     @staticmethod
     def _masks(config, batch: dict, rng_data: np.ndarray, step: int):
         """perm_mask, one-hot target_mapping and labels as our train_step samples them."""
-        plm_key, _ = jax.random.split(jax.random.fold_in(jax.random.wrap_key_data(rng_data), step))
-        sample = plm.sample_plm(
-            plm_key,
-            batch["input_ids"],
-            batch["is_word_start"],
-            batch["is_functional"],
-            batch["is_backward"],
-            plm.PLMConfig.from_config(config),
-        )
+        sample = steps.sample_targets(batch, steps.step_keys(rng_data, step)[0], config)
         perm = plm.perm_mask(sample, batch["is_functional"], config.reuse_len)
         target_pos = np.asarray(sample.target_pos)
         mapping = np.eye(config.seq_len, dtype=np.float32)[target_pos]

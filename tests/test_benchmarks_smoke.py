@@ -19,6 +19,9 @@ RUNS = {
     "scaling.py": ("--only", "devices", "--device_shape", "toy", "--device_counts", "1", *TOY),
     "memory.py": ("--shapes", "toy", "--no_search"),
     "input_pipeline.py": ("--shapes", "toy", *TOY),
+    "matmul_bound.py": ("--shapes", "toy", *TOY, "--step", "--step_iters", "1"),
+    # Also a check: it exits non-zero unless our first step's loss matches HF's within 1e-4.
+    "learning_curve.py": ("--steps", "3", "--every", "1"),
 }
 
 
@@ -37,7 +40,7 @@ def env() -> dict:
 @pytest.mark.parametrize("script", sorted(RUNS))
 def test_benchmark_prints_a_table(script: str, env: dict):
     args = list(RUNS[script])
-    if script == "input_pipeline.py":
+    if script in ("input_pipeline.py", "learning_curve.py"):
         args += ["--corpus", small_corpus()]
     result = subprocess.run(
         [sys.executable, os.path.join(BENCHMARKS, script), *args],

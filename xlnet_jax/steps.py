@@ -29,15 +29,20 @@ def plm_loss_terms(logits: jax.Array, target_ids: jax.Array, weights: jax.Array)
     return jnp.sum(nll * weights), jnp.sum(weights), jnp.sum(correct * weights)
 
 
-def _sample(batch: dict, key: jax.Array, plm_cfg: plm.PLMConfig) -> plm.PLMSample:
-    """Targets and factorization orders for every row of the batch."""
+def step_keys(rng_data: jax.Array, step) -> tuple[jax.Array, jax.Array]:
+    """(PLM key, dropout key) of optimizer step `step`, from the train state's rng data."""
+    return tuple(jax.random.split(jax.random.fold_in(jax.random.wrap_key_data(rng_data), step)))
+
+
+def sample_targets(batch: dict, key: jax.Array, config: ml_collections.ConfigDict) -> plm.PLMSample:
+    """Targets and factorization orders of every row of `batch` under `key`."""
     return plm.sample_plm(
         key,
         batch["input_ids"],
         batch["is_word_start"],
         batch["is_functional"],
         batch["is_backward"],
-        plm_cfg,
+        plm.PLMConfig.from_config(config),
     )
 
 
@@ -92,10 +97,8 @@ def train_step(
     is reported in the `nonfinite` metric, so the host checks it at log time instead of
     syncing every step.
     """
-    plm_key, dropout_key = jax.random.split(
-        jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-    )
-    sample = _sample(batch, plm_key, plm.PLMConfig.from_config(config))
+    plm_key, dropout_key = step_keys(state.rng, state.step)
+    sample = sample_targets(batch, plm_key, config)
     n_micro = config.grad_accum_steps
     micro_batches = _split_micro((batch, sample), n_micro)
     micro_mems = _split_micro(jnp.swapaxes(state.mems, 0, 1), n_micro)  # [n, b, layers, ...]
@@ -193,7 +196,7 @@ def guard_update(
 
 def eval_step(params, mems, batch, key, *, model: XLNetLM, config: ml_collections.ConfigDict):
     """Deterministic forward on a validation batch: (new_mems, summed nll, count, correct)."""
-    sample = _sample(batch, key, plm.PLMConfig.from_config(config))
+    sample = sample_targets(batch, key, config)
     terms, new_mems = _forward(
         model, params, batch, sample, mems, None, config.reuse_len, deterministic=True
     )
