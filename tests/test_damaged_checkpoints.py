@@ -191,9 +191,8 @@ def test_cli_all_damaged_prints_one_line_and_exits_1(tmp_path):
     # The message is the last word; no traceback through our code (orbax may log its
     # own failed reads before it).
     assert result.stderr.strip().splitlines()[-1] == errors[0]
-    assert "xlnet_jax/" not in result.stderr.split("Traceback")[-1] or "Traceback" not in (
-        result.stderr
-    )
+    tracebacks = result.stderr.split("Traceback")[1:]
+    assert not any("xlnet_jax/" in traceback for traceback in tracebacks), result.stderr[-3000:]
     assert (workdir / "metrics.jsonl").read_bytes() == metrics_before  # nothing trained
 
 
