@@ -15,11 +15,11 @@ import torch
 import transformers
 from jax.sharding import PartitionSpec as P
 
+from tests.helpers import HF_PARITY_ROUNDINGS, assert_trees_f32_close, f32_roundings
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.hf import config_from_hf, hf_forward, param_shapes, params_from_hf
 from xlnet_jax.model import XLNetLM
 
-TOL = 1e-4
 SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64)
 
 
@@ -108,6 +108,7 @@ def test_parity_with_hf(tmp_path, name, overrides, untie_r, batch, two_segments)
 
     rng = np.random.default_rng(1)
     hf_mems, our_mems, logits_diff, mems_diff = None, None, 0.0, 0.0
+    logits_roundings, mems_roundings = 0.0, 0.0
     for _ in range(2 if two_segments else 1):  # the second segment is fed the first's mems
         inputs = random_plm_inputs(rng, batch, length=12, num_predict=4, vocab=SMALL["vocab_size"])
         with torch.no_grad():
@@ -115,14 +116,21 @@ def test_parity_with_hf(tmp_path, name, overrides, untie_r, batch, two_segments)
             out = hf_model(**torch_inputs, mems=hf_mems, use_mems=two_segments)
         logits, new_mems = hf_forward(config, params, **inputs, mems=our_mems)
         logits_diff = max(logits_diff, float(np.abs(logits - out.logits.numpy()).max()))
+        logits_roundings = max(logits_roundings, f32_roundings(logits, out.logits.numpy()))
         if two_segments:
             assert [m.shape for m in new_mems] == [tuple(m.shape) for m in out.mems]
             for ours, theirs in zip(new_mems, out.mems, strict=True):
                 mems_diff = max(mems_diff, float(np.abs(ours - theirs.numpy()).max()))
+                mems_roundings = max(mems_roundings, f32_roundings(ours, theirs.numpy()))
             hf_mems, our_mems = out.mems, new_mems
-    mems_note = f"{mems_diff:.2e}" if two_segments else "n/a (one segment, no memory)"
-    print(f"\nparity[{name}]: max|logits diff| = {logits_diff:.2e}, max|mems diff| = {mems_note}")
-    assert logits_diff < TOL and mems_diff < TOL
+    mems_note = (
+        f"{mems_diff:.2e} ({mems_roundings:.0f} roundings)" if two_segments else "n/a (one segment)"
+    )
+    print(
+        f"\nparity[{name}]: max|logits diff| = {logits_diff:.2e} ({logits_roundings:.0f} float32 "
+        f"roundings of the logits' scale), max|mems diff| = {mems_note}"
+    )
+    assert logits_roundings <= HF_PARITY_ROUNDINGS and mems_roundings <= HF_PARITY_ROUNDINGS
 
 
 def _model_inputs(config: ModelConfig, batch=2, length=6, num_predict=2, mem=3) -> tuple:
@@ -185,7 +193,9 @@ def test_remat_and_unroll_same_gradients_and_depth_same_program():
     plain = grad_fn(config)(params)
     for variant in (dict(remat=True), dict(scan_unroll=config.n_layer)):
         other = grad_fn(dataclasses.replace(config, **variant))(params)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), plain, other)
+        # The same math in another fusion/loop order: every leaf differs by reordered sums over
+        # at most 64 terms (d_inner), i.e. at most 64 roundings at its scale. Measured: under 5.
+        assert_trees_f32_close(other, plain, roundings=64)
 
     def program_lines(n_layer):
         deep = dataclasses.replace(config, n_layer=n_layer)

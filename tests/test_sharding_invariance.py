@@ -3,10 +3,9 @@
 import functools
 
 import jax
-import numpy as np
 import pytest
 
-from tests.helpers import small_config, synthetic_batch
+from tests.helpers import assert_same_training, small_config, synthetic_batch
 from xlnet_jax import layout, optim, sharding, steps
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.model import XLNetLM
@@ -54,9 +53,7 @@ def test_eight_devices_match_one_device(one_device):
     config = small_config(mesh_data=2, mesh_fsdp=2, mesh_tensor=2, **BASE)
     losses_8, params_8, mems_8, state_8 = _train(config, jax.devices()[:8])
 
-    np.testing.assert_allclose(losses_8, losses_1, atol=1e-5)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params_8, params_1)
-    np.testing.assert_allclose(mems_8, mems_1, atol=1e-5)
+    assert_same_training(losses_8, losses_1, params_8, params_1, mems_8, mems_1)
     # The state really is spread: a kernel over fsdp x tensor, the memory over the batch.
     kernel = state_8.params["layers"]["attention"]["q"]
     assert len(kernel.sharding.device_set) == 8
@@ -68,6 +65,4 @@ def test_grad_accumulation_matches_one_big_batch(one_device):
     losses_1, params_1, mems_1, _ = one_device
     accum = small_config(mesh_data=1, grad_accum_steps=4, **BASE)
     losses_4, params_4, mems_4, _ = _train(accum, jax.devices()[:1])
-    np.testing.assert_allclose(losses_4, losses_1, atol=1e-5)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params_4, params_1)
-    np.testing.assert_allclose(mems_4, mems_1, atol=1e-5)
+    assert_same_training(losses_4, losses_1, params_4, params_1, mems_4, mems_1)
