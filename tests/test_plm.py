@@ -202,16 +202,42 @@ def test_backward_rows_are_sampled_in_forward_order():
     np.testing.assert_array_equal(bwd.is_target, flip_blocks(fwd.is_target))
 
 
-def test_local_ranks_share_one_permutation_per_perm_block():
-    ranks = np.asarray(
-        plm._local_ranks(jax.random.bits(jax.random.key(0), (16,), jnp.uint32), 64, 16)
-    )
-    blocks = ranks.reshape(4, 16)
+def test_local_ranks_share_one_permutation_per_block_independent_across_blocks():
+    """Within a block the perm_size sub-blocks share one permutation; the reuse block and the
+    new block draw their own (the original calls `_local_perm` once per block)."""
+    cfg = plm.PLMConfig(64, 16, 5, 16, 6, 1, 5)  # reuse: 1 sub-block; new: 3 sub-blocks
+    words = jax.random.bits(jax.random.key(0), (plm._num_order_words(cfg),), jnp.uint32)
+    blocks = np.asarray(plm._local_ranks(words, cfg)).reshape(4, 16)
     for i, block in enumerate(blocks):
         assert sorted(block) == list(range(16 * i, 16 * (i + 1)))
-    np.testing.assert_array_equal(
-        blocks - blocks[:, :1], np.broadcast_to(blocks[0] - blocks[0, 0], (4, 16))
-    )
+    relative = blocks - 16 * np.arange(4)[:, None]
+    np.testing.assert_array_equal(relative[1:], np.broadcast_to(relative[1], (3, 16)))
+    assert not np.array_equal(relative[0], relative[1])
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        plm.PLMConfig(512, 256, 85, 256, 6, 1, 5),  # the published shape
+        plm.PLMConfig(45, 9, 11, 9, 2, 1, 3),  # odd sizes: the new block holds 4 sub-blocks
+    ],
+)
+def test_reuse_and_new_block_orders_are_independent(cfg):
+    """Over 1,024 sampled rows, the relative rank at one offset agrees between the reuse and
+    the new block about 1/perm_size of the time (the same shuffle would agree always), and
+    always between sub-blocks of the new block."""
+    ids, ws, func = make_rows(np.random.default_rng(3), cfg, 1024)
+    s = sample(cfg, 4, ids, ws, func)
+    ordered = (s.ranks >= 0).reshape(1024, -1, cfg.perm_size)
+    relative = s.ranks.reshape(1024, -1, cfg.perm_size) % cfg.perm_size
+    reuse_subs = cfg.reuse_len // cfg.perm_size
+    both = ordered[:, 0] & ordered[:, reuse_subs]
+    across = relative[:, 0][both] == relative[:, reuse_subs][both]
+    assert both.sum() >= 1000
+    assert across.mean() <= 3 / cfg.perm_size + 0.02, across.mean()
+    for sub in range(reuse_subs + 1, relative.shape[1]):
+        both = ordered[:, reuse_subs] & ordered[:, sub]
+        assert (relative[:, reuse_subs][both] == relative[:, sub][both]).all()
 
 
 @pytest.mark.parametrize("cfg", [CONFIGS[0], CONFIGS[1]])

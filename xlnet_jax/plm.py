@@ -9,10 +9,12 @@ block [reuse_len, seq_len) = A <sep> B <sep> <cls>. Each block gets its own targ
 (num_predict // 2 in the new block, the rest in the reuse block; all of them in the one
 block when reuse_len == 0); how targets are drawn is in `plm_spans`.
 
-The order (original `_local_perm`): one random permutation of perm_size positions per
-row, applied to every consecutive block of perm_size positions, so ranks grow block by
-block and the reuse block is ordered before the new block. Tokens that are neither targets
-nor functional get rank -1: they come first, everyone sees them and they see no target.
+The order (original `_local_perm`, called once for the reuse block and once for the new
+block): each block draws its own random permutation of perm_size positions, shared by that
+block's consecutive sub-blocks of perm_size; the two blocks' permutations are independent.
+Ranks grow sub-block by sub-block, so the reuse block is ordered before the new block. Tokens
+that are neither targets nor functional get rank -1: they come first, everyone sees them and
+they see no target.
 
 Mask (True = query i may NOT attend key j), as the original builds it block by block:
   within a block: perm_mask[i, j] = self_rank[i] <= rank[j] and j is a target or
@@ -147,21 +149,32 @@ def _row_targets(
     return jnp.concatenate(parts)
 
 
+def _num_order_words(cfg: PLMConfig) -> int:
+    """uint32 random words one row's order consumes: perm_size for each block."""
+    return cfg.perm_size * len(target_blocks(cfg))
+
+
 def _num_row_words(cfg: PLMConfig) -> int:
     """uint32 random words one row consumes: its blocks' targets, then its order."""
     span_args = (cfg.max_span, cfg.mask_alpha, cfg.mask_beta)
     blocks = target_blocks(cfg)
     targets = sum(plm_spans.num_random_words(e - s, g, *span_args) for s, e, g in blocks)
-    return targets + cfg.perm_size
+    return targets + _num_order_words(cfg)
 
 
-def _local_ranks(words: jax.Array, seq_len: int, perm_size: int) -> jax.Array:
-    """int32 [L]: one random permutation of perm_size (the sort order of perm_size random
-    words; a tie, p ~ perm_size**2 / 2**33, goes to the lower position) applied to every
-    perm_size block, offset by the block start, so earlier blocks rank before later ones."""
-    sigma = jnp.argsort(words).astype(jnp.int32)
-    pos = jnp.arange(seq_len, dtype=jnp.int32)
-    return (pos // perm_size) * perm_size + sigma[pos % perm_size]
+def _local_ranks(words: jax.Array, cfg: PLMConfig) -> jax.Array:
+    """int32 [L]: per block (reuse, new), one random permutation of perm_size (the sort order
+    of that block's perm_size random words; a tie, p ~ perm_size**2 / 2**33, goes to the lower
+    position) applied to each of the block's perm_size sub-blocks, offset by the sub-block's
+    start, so earlier sub-blocks rank before later ones. Blocks start at multiples of
+    perm_size (validated), so a sub-block's offset is its position rounded down."""
+    parts = []
+    block_words = jnp.split(words, len(target_blocks(cfg)))
+    for (start, end, _), sub_words in zip(target_blocks(cfg), block_words, strict=True):
+        sigma = jnp.argsort(sub_words).astype(jnp.int32)
+        pos = jnp.arange(start, end, dtype=jnp.int32)
+        parts.append((pos // cfg.perm_size) * cfg.perm_size + sigma[pos % cfg.perm_size])
+    return jnp.concatenate(parts)
 
 
 def _sample_row(
@@ -174,10 +187,9 @@ def _sample_row(
 ) -> PLMSample:
     """PLMSample fields (unbatched) of one row from its own key (one threefry call)."""
     words = jax.random.bits(key, (_num_row_words(cfg),), jnp.uint32)
-    is_target = _row_targets(
-        words[: -cfg.perm_size], is_word_start, is_functional, is_backward, cfg
-    )
-    ranks = _local_ranks(words[-cfg.perm_size :], cfg.seq_len, cfg.perm_size)
+    target_words, order_words = jnp.split(words, [words.shape[0] - _num_order_words(cfg)])
+    is_target = _row_targets(target_words, is_word_start, is_functional, is_backward, cfg)
+    ranks = _local_ranks(order_words, cfg)
     ranks = jnp.where(is_target | is_functional, ranks, -1)
     num_real = jnp.sum(is_target, dtype=jnp.int32)
     target_pos = jnp.nonzero(is_target, size=cfg.num_predict, fill_value=0)[0].astype(jnp.int32)
