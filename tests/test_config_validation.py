@@ -109,3 +109,41 @@ def test_tokenizer_vocab_must_match_the_config():
 def test_missing_corpus_dir_is_named():
     with pytest.raises(ConfigError, match=r"config.corpus_dir: is empty; run `xlnet-jax prepare"):
         load_corpus_manifest(small_config(corpus_dir=""))
+
+
+def _empty_dir(tmp_path) -> str:
+    (tmp_path / "empty").mkdir()
+    return str(tmp_path / "empty")
+
+
+# Issue 18's five configs that once trained (or crashed) instead of stopping in one line:
+# (override, the field named, words of its valid range).
+ISSUE_18_CASES = [
+    ("layer_norm_eps=-1.0", "layer_norm_eps", "in (0, 1)"),
+    ("initializer_range=nan", "initializer_range", "in (0, 1]"),
+    ("seed=-1", "seed", "in [0, 2147483646]"),
+    ("logical_axis_rules=foo", "logical_axis_rules", "(logical axis, mesh axes) pairs"),
+    ("corpus_dir={empty}", "corpus_dir", "is not a prepared corpus"),
+]
+
+
+@pytest.mark.parametrize(("override", "field", "valid_range"), ISSUE_18_CASES)
+def test_cli_stops_before_compiling_naming_field_and_range(override, field, valid_range, tmp_path):
+    workdir = tmp_path / "run"
+    override = override.format(empty=_empty_dir(tmp_path))
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "xlnet_jax.cli", "train",
+            "--config", "configs/tiny.py", "--workdir", str(workdir),
+            "--config.vocab_size=500", f"--config.corpus_dir={small_corpus()}",
+            f"--config.{override}",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [result.stderr.strip().splitlines()[-1]], result.stderr[-3000:]
+    assert errors[0].startswith(f"xlnet-jax train: error: config.{field}: ")
+    assert valid_range in errors[0]
+    assert "Traceback" not in result.stderr and "Compiled" not in result.stderr
+    assert not workdir.exists()  # nothing written, no checkpoint

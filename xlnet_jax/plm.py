@@ -103,10 +103,11 @@ def validate_plm_config(cfg: PLMConfig) -> None:
             f"{cfg.num_predict} puts {goal} targets in the {name} block "
             f"[{start}, {end}), which has only {eligible} non-functional tokens",
         )
+        length = "reuse_len" if name == "reuse" else "seq_len - reuse_len"
         check(
             (end - start) % cfg.perm_size == 0,
             "perm_size",
-            f"{cfg.perm_size} must divide the {name} block length {end - start}",
+            f"{cfg.perm_size} must divide the {name} block length {length} = {end - start}",
         )
 
 

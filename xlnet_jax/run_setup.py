@@ -10,6 +10,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from xlnet_jax.data.errors import DataError
 from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint
 from xlnet_jax.validate import ConfigError
 
@@ -89,7 +90,10 @@ def load_corpus_manifest(config: ml_collections.ConfigDict):
             "config.corpus_dir: is empty; run `xlnet-jax prepare --out DIR` and pass "
             "--config.corpus_dir=DIR."
         )
-    manifest = load_manifest(config.corpus_dir)
+    try:
+        manifest = load_manifest(config.corpus_dir)
+    except DataError as e:
+        raise ConfigError(f"config.corpus_dir: {e}") from None
     if manifest.vocab_size != config.vocab_size:
         raise ConfigError(
             f"config.vocab_size: must equal the tokenizer's vocabulary, {manifest.vocab_size} "

@@ -31,9 +31,10 @@ def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int
     known = math.prod(size for size in sizes.values() if size != -1)
     if fills:
         if num_devices % known:
+            others = " x ".join(f"{name}={size}" for name, size in sizes.items() if size != -1)
             raise MeshError(
                 f"config.{fills[0]}: cannot fill {num_devices} devices; the other mesh axes "
-                f"multiply to {known}, which does not divide {num_devices}."
+                f"{others} multiply to {known}, which does not divide {num_devices}."
             )
         sizes[fills[0]] = num_devices // known
     if math.prod(sizes.values()) != num_devices:

@@ -9,6 +9,7 @@ from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import SPECIAL_IDS
 from xlnet_jax.model import validate_model_config
 from xlnet_jax.plm import PLMConfig, validate_plm_config
+from xlnet_jax.validate_fields import field_problem, nonfinite_problem
 
 NUM_SPECIAL_IDS = len(SPECIAL_IDS)
 
@@ -109,6 +110,9 @@ def validate_batch_layout(c: ml_collections.ConfigDict, data_shards: int) -> Non
 
 def validate_config(c: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
     """Checks every field; with num_devices also the mesh and the batch split over it."""
+    problem = field_problem(c)
+    if problem:
+        raise ConfigError(problem)
     try:
         validate_model_config(ModelConfig.from_config(c))
         validate_plm_config(PLMConfig.from_config(c))
@@ -117,6 +121,9 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int | None = None
     except ValueError as e:
         raise ConfigError(f"config.{e}") from None
     validate_training_fields(c)
+    problem = nonfinite_problem(c)
+    if problem:
+        raise ConfigError(problem)
     if num_devices is not None:
         try:
             data, fsdp, _ = sharding.mesh_shape(c, num_devices)
