@@ -49,6 +49,12 @@ class NonFiniteError(RuntimeError):
 # learning (e.g. a restored state that itself holds NaN), and would only burn compute.
 MAX_SKIPS_IN_A_ROW = 100
 
+# A run whose first FIRST_STEPS steps are all non-finite stops after them, whatever
+# log_every is: its config (or restored state) breaks the numerics from the start. A new
+# run also stops, rather than save, if a checkpoint falls due before any step was finite:
+# that checkpoint would hold the untrained model.
+FIRST_STEPS = 10
+
 
 class _Preemption:
     """Whether to save and stop at this step boundary, after a SIGTERM.
@@ -130,12 +136,20 @@ def make_evaluator(
 class _NonFiniteMonitor:
     """Applies config.nonfinite_policy to each step's `nonfinite` code, at log time."""
 
-    def __init__(self, policy: str):
+    def __init__(self, policy: str, start_step: int):
         self.policy = policy
+        self.start_step = start_step
         self.in_a_row = 0
+        self.any_finite = False
 
-    def check(self, records: list[dict], last_saved: int | None) -> None:
-        """Warns about skipped steps; raises NonFiniteError under 'halt' or a long streak.
+    def due(self, done: int) -> bool:
+        """Whether the metrics must be fetched after step `done` for the first-steps check."""
+        return not self.any_finite and done == self.start_step + FIRST_STEPS
+
+    def check(self, records: list[dict], last_saved: int | None, save_due: bool = False) -> None:
+        """Warns about skipped steps; raises NonFiniteError under 'halt', on a long streak,
+        or when no step of this run was finite in its first FIRST_STEPS steps or (for a new
+        run) before a save falls due.
 
         Called before any checkpoint of these steps is saved, so a halt leaves the newest
         checkpoint from before the bad step.
@@ -144,6 +158,7 @@ class _NonFiniteMonitor:
             code = int(record["nonfinite"])
             if code == steps.FINITE:
                 self.in_a_row = 0
+                self.any_finite = True
                 continue
             quantity, step = steps.NONFINITE_NAMES[code], record["step"]
             newest = f"step {last_saved}" if last_saved else "none yet"
@@ -168,6 +183,31 @@ class _NonFiniteMonitor:
                     f"{newest}). Lower config.learning_rate or resume from an earlier "
                     "checkpoint."
                 )
+        done = records[-1]["step"] - self.start_step
+        if not self.any_finite and (done >= FIRST_STEPS or (save_due and not self.start_step)):
+            raise NonFiniteError(self._never_finite(done, records[-1]))
+
+    def _never_finite(self, done: int, last: dict) -> str:
+        """The error of a run none of whose steps so far was finite, naming likely causes."""
+        quantity = steps.NONFINITE_NAMES[int(last["nonfinite"])]
+        first = self.start_step + 1
+        steps_done = f"step {first}" if done == 1 else f"steps {first}-{first + done - 1}"
+        if self.start_step:
+            cause = (
+                f"the checkpoint of step {self.start_step} it resumed from holds non-finite "
+                "values, or config.learning_rate is far too large for it; resume from an "
+                "earlier checkpoint or lower the rate"
+            )
+        else:
+            cause = (
+                "the config breaks the numerics from the start: config.learning_rate (or "
+                "weight_decay) far too large, or config.initializer_range or layer_norm_eps "
+                "out of scale; no checkpoint of the untrained model was saved"
+            )
+        return (
+            f"No step of this run was finite ({steps_done}, the last a non-finite {quantity}): "
+            f"nothing was learned. Likely cause: {cause}."
+        )
 
 
 def _announce_new_run(workdir: str) -> None:
@@ -257,7 +297,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     next_batch = prefetch.submit(train_batcher.batch, start_step)
     pending, interval_start = [], time.time()
-    monitor, last_saved = _NonFiniteMonitor(config.nonfinite_policy), start_step or None
+    monitor = _NonFiniteMonitor(config.nonfinite_policy, start_step)
+    last_saved = start_step or None
     try:
         for step in range(start_step, config.num_train_steps):
             batch = put(next_batch.result())
@@ -271,7 +312,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
             save = stop or done % config.checkpoint_every == 0 or done == config.num_train_steps
             # A due save fetches the metrics first: a non-finite step must stop the run
             # before a checkpoint of its state is written.
-            if save or done % config.log_every == 0:
+            if save or done % config.log_every == 0 or monitor.due(done):
                 records = jax.device_get(pending)
                 elapsed = time.time() - interval_start
                 step_time = elapsed / len(records)
@@ -288,7 +329,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                     writer.write(record["step"], {**scalars, **throughput})
                 progress.update(done, records[-1], throughput)
                 pending, interval_start = [], time.time()
-                monitor.check(records, last_saved)
+                monitor.check(records, last_saved, save_due=save)
             if evaluate is not None and done % config.eval_every == 0:
                 result = evaluate(state.params)
                 writer.write(done, result, kind="eval")
