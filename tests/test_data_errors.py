@@ -1,5 +1,6 @@
 """Bad input: each case is a DataError naming the file and what to do, or a counted skip."""
 
+import hashlib
 import io
 import logging
 import os
@@ -8,8 +9,10 @@ import pytest
 import sentencepiece as spm
 from test_data_common import english_text, scratch, small_corpus, write_documents
 
+from xlnet_jax.data import sources
 from xlnet_jax.data.errors import DataError
-from xlnet_jax.data.prepare import load_manifest, prepare_corpus
+from xlnet_jax.data.normalize import normalize
+from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint, prepare_corpus
 from xlnet_jax.data.streams import StreamBatcher
 
 DOCS = [["A first sentence here.", "And a second one."], ["Another document."]] * 20
@@ -41,11 +44,88 @@ def test_directory_instead_of_files():
         prepare_corpus([directory], scratch("out"), spm_model=model())
 
 
-def test_empty_file():
+def test_only_empty_files_are_refused():
     empty = os.path.join(scratch("empty"), "empty.txt")
     open(empty, "w").close()
-    with pytest.raises(DataError, match=f"Input {empty} is empty; remove it"):
-        prepare_corpus([text_file(), empty], scratch("out"), spm_model=model())
+    with pytest.raises(DataError, match="Every input is empty; pass files that hold text"):
+        prepare_corpus([empty], scratch("out"), spm_model=model())
+
+
+def damaged_directory() -> str:
+    """A real directory's kinds of damage, one file each, beside plain text with CRLFs."""
+    directory = scratch("damaged")
+    text = "\r\n\r\n".join(f"Sentence {i}.\r\nAnd one more." for i in range(20)) + "\r\n"
+    files = {
+        "part-00-text.txt": text.encode(),
+        "part-01-control.txt": b"A NUL\x00here.\nAn ESC\x1b[0m there.\n\nClean words.\n",
+        "part-02-long.txt": b"Before the blob.\n" + b"QUJD" * 250_000 + b"\nAfter the blob.\n",
+        "part-99-empty.txt": b"",
+    }
+    for name, data in files.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+    return directory
+
+
+def test_a_directory_with_damaged_and_empty_files_prepares_and_reports_each(caplog):
+    """Issue 18: an empty file, a NUL, an ESC and a 1 MB base64 line no longer stop prepare
+    or slip through: each is skipped or cleaned, warned about, and counted in the manifest."""
+    directory = damaged_directory()
+    with caplog.at_level(logging.WARNING):
+        m = prepare_corpus(
+            [os.path.join(directory, "*.txt")], scratch("out"), spm_model=model(), num_workers=1
+        )
+    records = {os.path.basename(r["path"]): r for r in m.inputs}
+    text, control, long, empty = (records[name] for name in sorted(records))
+    assert text["documents"] == 20 and text["control_char_lines"] == text["long_lines"] == 0
+    assert control["control_char_lines"] == 2 and control["first_control_char_offset"] == 0
+    assert control["sentences"] == 3
+    assert long["long_lines"] == 1 and long["first_long_line_offset"] == len(b"Before the blob.\n")
+    assert long["sentences"] == 2 and long["bytes"] == 1_000_034
+    assert empty == {
+        "path": os.path.join(directory, "part-99-empty.txt"),
+        "bytes": 0,
+        "sha256": hashlib.sha256(b"").hexdigest(),
+        "invalid_utf8_lines": 0,
+        "control_char_lines": 0,
+        "long_lines": 0,
+        "documents": 0,
+        "sentences": 0,
+        "skipped": "empty",
+    }
+    assert m.splits["train"]["tokens"] + m.splits.get("validation", {}).get("tokens", 0) < 1000
+    assert "part-99-empty.txt is empty; skipped." in caplog.text
+    assert (
+        "2 line(s) hold control characters (NUL, ESC...), turned into spaces, the first at "
+        "byte 0." in caplog.text
+    )
+    assert "skipped 1 line(s) longer than 65,536 bytes, the first at byte 17." in caplog.text
+    # The empty file changes no token: the corpus is the same without it.
+    os.remove(os.path.join(directory, "part-99-empty.txt"))
+    again = prepare_corpus(
+        [os.path.join(directory, "*.txt")], scratch("out"), spm_model=model(), num_workers=1
+    )
+    assert manifest_fingerprint(again) == manifest_fingerprint(m)
+
+
+def test_control_characters_become_spaces_not_unknown_pieces():
+    sp = spm.SentencePieceProcessor(model_file=model())
+    cleaned = normalize("A NUL\x00here, a DEL\x7fthere.", uncased=False)
+    assert cleaned == "A NUL here, a DEL there."
+    assert sp.unk_id() not in sp.encode(cleaned)
+
+
+def test_the_line_limit_counts_the_newline_and_reads_past_the_rest(tmp_path):
+    limit = sources.MAX_LINE_BYTES
+    path = tmp_path / "edge.txt"
+    fits, over = b"a" * (limit - 1) + b"\n", b"b" * limit + b"\n"
+    path.write_bytes(b"Start.\n" + fits + over + b"c" * (3 * limit) + b"\nEnd.\n")
+    source = sources.TextFile(str(path))
+    (doc,) = list(source.documents())
+    assert [len(line) for line in doc] == [6, limit - 1, 4]
+    assert source.record["long_lines"] == 2
+    assert source.record["first_long_line_offset"] == 7 + len(fits)
+    assert source.record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_whitespace_only_file():

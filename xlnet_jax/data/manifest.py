@@ -2,8 +2,8 @@
 
 Training stores the fingerprint with its checkpoints and refuses to resume on a corpus
 whose fingerprint differs: another tokenizer, other input content, other normalisation,
-another split. File paths and timings are recorded but not fingerprinted, so a moved
-input with the same bytes is the same corpus.
+another split. File paths, timings and empty inputs are recorded but not fingerprinted,
+so a moved input with the same bytes is the same corpus, and so is one beside an empty file.
 """
 
 import dataclasses
@@ -30,7 +30,10 @@ class Manifest:
       tokenizer: {"file", "sha256", "trained"}: the .model in the corpus directory.
       normalization: the options of normalize.normalize that the text went through.
       inputs: per input {"path", "bytes", "sha256", "documents", "sentences",
-        "invalid_utf8_lines"[, "first_invalid_utf8_offset"]}.
+        "invalid_utf8_lines", "control_char_lines", "long_lines"[, "first_invalid_utf8_offset",
+        "first_control_char_offset", "first_long_line_offset", "skipped": "empty"]}: lines
+        skipped (invalid UTF-8, longer than sources.MAX_LINE_BYTES) or cleaned (control
+        characters), and empty files skipped.
       splits: per split {"documents", "sentences", "tokens"}; tokens count the stream,
         i.e. including one <eod> per document.
       validation_fraction: share of documents held out (whole documents).
@@ -97,7 +100,7 @@ def manifest_fingerprint(manifest: Manifest) -> str:
         "special_ids": manifest.special_ids,
         "tokenizer_sha256": manifest.tokenizer["sha256"],
         "normalization": manifest.normalization,
-        "inputs": [(i["sha256"], i["bytes"]) for i in manifest.inputs],
+        "inputs": [(i["sha256"], i["bytes"]) for i in manifest.inputs if i["bytes"]],
         "splits": manifest.splits,
         "validation_fraction": manifest.validation_fraction,
         "seed": manifest.seed,

@@ -2,7 +2,9 @@
 
 Same steps as the reference's `preprocess_text` (and HuggingFace's XLNetTokenizer with
 keep_accents=False): collapse whitespace, turn the LaTeX quotes `` and '' into ", decompose
-(NFKD) and drop combining marks (accents), and optionally lowercase. A tokenizer trained
+(NFKD) and drop combining marks (accents), and optionally lowercase. One step more: control
+characters (NUL, ESC, DEL, C1) become spaces, where SentencePiece would make each an <unk>;
+the corpus readers count the lines that held any (manifest). A tokenizer trained
 on normalised text must only ever see normalised text, so the corpus and any later
 fine-tuning input go through this same function.
 """
@@ -12,11 +14,15 @@ import re
 import sys
 import unicodedata
 
+# The C0/C1 control characters that str.split() does not already treat as whitespace.
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+
 
 def normalization_options(uncased: bool) -> dict:
     """The options as recorded in the manifest: what `normalize` does to the text."""
     return {
         "collapse_whitespace": True,
+        "control_chars_to_space": True,
         "latex_quotes_to_double_quote": True,
         "nfkd_strip_accents": True,
         "lowercase": uncased,
@@ -32,7 +38,7 @@ def _combining_marks() -> re.Pattern:
 
 def normalize(text: str, *, uncased: bool) -> str:
     """One line of text as the tokenizer expects it; '' when nothing but whitespace is left."""
-    text = " ".join(text.split())
+    text = " ".join(CONTROL_CHARS.sub(" ", text).split())
     text = text.replace("``", '"').replace("''", '"')
     if not text.isascii():
         text = _combining_marks().sub("", unicodedata.normalize("NFKD", text))

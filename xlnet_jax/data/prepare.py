@@ -18,6 +18,7 @@ usual `if __name__ == "__main__":` guard.
 """
 
 import hashlib
+import logging
 import multiprocessing
 import os
 import shutil
@@ -192,11 +193,17 @@ def _normalize_inputs(inputs: list[sources.Input], text_path: str, uncased: bool
                     docs += 1
                     sentences += len(lines)
                     progress.update(1)
-            if not docs:
-                raise DataError(f"Input {source.record['path']} holds no text; remove it.")
             source.record.update(documents=docs, sentences=sentences)
+            if not source.record["bytes"]:
+                # A glob over a real directory meets empty files: skip, but keep the record.
+                logging.warning("Input %s is empty; skipped.", source.record["path"])
+                source.record["skipped"] = "empty"
+            elif not docs:
+                raise DataError(f"Input {source.record['path']} holds no text; remove it.")
             num_docs += docs
     progress.close()
+    if not num_docs:
+        raise DataError("Every input is empty; pass files that hold text.")
     return num_docs
 
 

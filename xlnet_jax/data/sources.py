@@ -2,12 +2,17 @@
 
 Every input yields documents as lists of raw sentences (normalisation comes later) and
 fills `record`, its manifest entry: name, bytes, sha256 of the content read, and the
-invalid UTF-8 lines skipped.
+lines skipped or cleaned.
 
-Text files: one sentence per line; a blank (or whitespace-only) line ends a document.
-Invalid UTF-8: a line that does not decode is skipped, counted, and the byte offset of the
-first one is logged and kept in the manifest. A file where more than 10% of the lines do
-not decode is refused as not UTF-8 (convert it with iconv first).
+Text files: one sentence per line; a blank (or whitespace-only) line ends a document. An
+empty file is skipped with a warning (prepare records it). Damage is counted per file,
+logged with the byte offset of its first line, and kept in the manifest:
+  - invalid UTF-8: a line that does not decode is skipped. A file where more than 10% of
+    the lines do not decode is refused as not UTF-8 (convert it with iconv first);
+  - control characters (NUL, ESC, DEL...): the line is kept, normalize turns them into
+    spaces;
+  - a line longer than MAX_LINE_BYTES (64 KiB; no sentence is that long, a base64 blob or
+    a minified file is) is skipped, read past in pieces without holding it whole.
 """
 
 import glob
@@ -18,15 +23,24 @@ from collections.abc import Iterator
 
 from xlnet_jax.data import builtin_corpus
 from xlnet_jax.data.errors import DataError
+from xlnet_jax.data.normalize import CONTROL_CHARS
 
 MAX_INVALID_FRACTION = 0.1
+MAX_LINE_BYTES = 65_536
 
 
 class Input:
     """One corpus input: its manifest record and a fresh pass over its documents."""
 
     def __init__(self, name: str):
-        self.record = {"path": name, "bytes": 0, "sha256": "", "invalid_utf8_lines": 0}
+        self.record = {
+            "path": name,
+            "bytes": 0,
+            "sha256": "",
+            "invalid_utf8_lines": 0,
+            "control_char_lines": 0,
+            "long_lines": 0,
+        }
 
     def documents(self) -> Iterator[list[str]]:
         raise NotImplementedError
@@ -47,7 +61,7 @@ def resolve_inputs(
 
 
 def expand_paths(inputs: list[str]) -> list[str]:
-    """Files named or matched by globs (sorted per glob, duplicates dropped), all non-empty."""
+    """Files named or matched by globs (sorted per glob, duplicates dropped)."""
     paths: list[str] = []
     for item in inputs:
         if glob.has_magic(item):
@@ -61,10 +75,33 @@ def expand_paths(inputs: list[str]) -> list[str]:
         else:
             matches = [item]
         paths += [p for p in matches if p not in paths]
-    for path in paths:
-        if os.path.getsize(path) == 0:
-            raise DataError(f"Input {path} is empty; remove it from the inputs.")
     return paths
+
+
+class _Damage:
+    """Lines of one kind of damage in a file: how many, and the byte offset of the first."""
+
+    def __init__(self):
+        self.count, self.first = 0, None
+
+    def add(self, offset: int) -> None:
+        self.count += 1
+        self.first = offset if self.first is None else self.first
+
+
+def _lines(f, sha) -> Iterator[tuple[bytes | None, int]]:
+    """(line, its size in bytes) of a binary file, every byte into sha; the line is None
+    when longer than MAX_LINE_BYTES, whose rest is read in pieces and dropped."""
+    while raw := f.readline(MAX_LINE_BYTES + 1):
+        sha.update(raw)
+        if len(raw) <= MAX_LINE_BYTES:
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n") and (raw := f.readline(MAX_LINE_BYTES)):
+            sha.update(raw)
+            size += len(raw)
+        yield None, size
 
 
 class TextFile(Input):
@@ -75,18 +112,22 @@ class TextFile(Input):
         self.path = path
 
     def documents(self) -> Iterator[list[str]]:
-        sha, offset, lines, bad, first_bad = hashlib.sha256(), 0, 0, 0, None
+        sha, offset, lines = hashlib.sha256(), 0, 0
+        bad, control, long = _Damage(), _Damage(), _Damage()
         doc: list[str] = []
         with open(self.path, "rb") as f:
-            for raw in f:
-                sha.update(raw)
-                try:
-                    line = raw.decode("utf-8").strip()
-                except UnicodeDecodeError:
-                    bad += 1
-                    first_bad = offset if first_bad is None else first_bad
-                    line = None
-                offset += len(raw)
+            for raw, size in _lines(f, sha):
+                line = None
+                if raw is None:
+                    long.add(offset)
+                else:
+                    try:
+                        line = raw.decode("utf-8").strip()
+                    except UnicodeDecodeError:
+                        bad.add(offset)
+                if line and CONTROL_CHARS.search(line):
+                    control.add(offset)
+                offset += size
                 lines += 1
                 if line:
                     doc.append(line)
@@ -95,21 +136,39 @@ class TextFile(Input):
                     doc = []
         if doc:
             yield doc
-        self.record.update(bytes=offset, sha256=sha.hexdigest(), invalid_utf8_lines=bad)
-        if bad:
-            self.record["first_invalid_utf8_offset"] = first_bad
-            if bad > MAX_INVALID_FRACTION * lines:
-                raise DataError(
-                    f"{self.path}: {bad} of {lines} lines are not valid UTF-8 (first at byte "
-                    f"{first_bad}); it does not look like UTF-8 text. Convert it, e.g. "
-                    f"`iconv -f latin1 -t utf-8`, or remove it from the inputs."
-                )
-            logging.warning(
-                "%s: skipped %d line(s) that are not valid UTF-8, the first at byte %d.",
-                self.path,
-                bad,
-                first_bad,
+        self.record.update(bytes=offset, sha256=sha.hexdigest())
+        if bad.count > MAX_INVALID_FRACTION * lines:
+            raise DataError(
+                f"{self.path}: {bad.count} of {lines} lines are not valid UTF-8 (first at byte "
+                f"{bad.first}); it does not look like UTF-8 text. Convert it, e.g. "
+                f"`iconv -f latin1 -t utf-8`, or remove it from the inputs."
             )
+        self._report(
+            bad,
+            "invalid_utf8_lines",
+            "first_invalid_utf8_offset",
+            "skipped %d line(s) that are not valid UTF-8",
+        )
+        self._report(
+            control,
+            "control_char_lines",
+            "first_control_char_offset",
+            "%d line(s) hold control characters (NUL, ESC...), turned into spaces",
+        )
+        self._report(
+            long,
+            "long_lines",
+            "first_long_line_offset",
+            f"skipped %d line(s) longer than {MAX_LINE_BYTES:,} bytes",
+        )
+
+    def _report(self, damage: _Damage, count_key: str, offset_key: str, what: str) -> None:
+        """Records one kind of damage in the manifest entry and warns once if there is any."""
+        self.record[count_key] = damage.count
+        if damage.count:
+            self.record[offset_key] = damage.first
+            what = what % damage.count
+            logging.warning("%s: %s, the first at byte %d.", self.path, what, damage.first)
 
 
 class TfdsText(Input):
@@ -124,7 +183,7 @@ class TfdsText(Input):
         self.source = _open_tfds(name, feature, split, data_dir)
 
     def documents(self) -> Iterator[list[str]]:
-        sha, size, bad = hashlib.sha256(), 0, 0
+        sha, size, bad, control = hashlib.sha256(), 0, 0, 0
         for start in range(0, len(self.source), 256):
             keys = list(range(start, min(start + 256, len(self.source))))
             for example in self.source.__getitems__(keys):
@@ -142,12 +201,21 @@ class TfdsText(Input):
                     sha.update(data)
                     size += len(data)
                 sentences = [s.strip() for s in text.splitlines() if s.strip()]
+                control += sum(1 for s in sentences if CONTROL_CHARS.search(s))
                 if sentences:
                     yield sentences
-        self.record.update(bytes=size, sha256=sha.hexdigest(), invalid_utf8_lines=bad)
+        self.record.update(
+            bytes=size, sha256=sha.hexdigest(), invalid_utf8_lines=bad, control_char_lines=control
+        )
         if bad:
             logging.warning(
                 "%s: skipped %d example(s) that are not valid UTF-8.", self.record["path"], bad
+            )
+        if control:
+            logging.warning(
+                "%s: %d line(s) hold control characters (NUL, ESC...), turned into spaces.",
+                self.record["path"],
+                control,
             )
 
 
