@@ -10,11 +10,15 @@ unfinished `<step>.orbax-checkpoint-tmp` directory and a later save of that step
 import hashlib
 import logging
 import pathlib
+import re
 import shutil
+import subprocess
+import sys
 
 import jax
 import pytest
 
+from tests import fallback_child
 from tests import train_harness as harness
 from xlnet_jax.checkpoint import Checkpointer, CheckpointError, read_checkpoint
 
@@ -211,3 +215,38 @@ def test_resume_after_a_truncated_step_is_bit_exact(tmp_path):
     harness.assert_trees_equal(
         harness.checkpoint_arrays(workdir, 12), harness.checkpoint_arrays(reference, 12)
     )
+
+
+def test_fallback_prints_its_one_warning_and_nothing_else(tmp_path):
+    """Issue 18: every array file of the newest step truncated, then corrupted, in turn, and
+    10 more truncations of the file whose loss fails every read at once. A failed read used
+    to leave up to 100 `Event loop is closed` tracebacks behind (orbax_drain); the whole
+    output of the process must be, per case, one warning and the fallback to step 10, or
+    (damage in a file the restore never reads) step 12 restored, checksums intact."""
+    reference = harness.reference_run()
+    expected = fallback_child.cases(reference / "checkpoints" / "12", repeats=10)
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "tests.fallback_child",
+            str(reference), harness.corpus_dir(), str(tmp_path), "10",
+        ],
+        env=harness.environment(), cwd=harness.REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    warning = re.compile(
+        r"WARNING Skipped damaged checkpoint step 12 \((arrays unreadable: .*|checksum mismatch "
+        r"in (state|mems) array.*)\): moved \S+/12 to \S+/checkpoints_damaged/12-\d+; "
+        r"resuming from step 10\."
+    )
+    lines, fell_back = iter(result.stdout.splitlines()), []
+    for index, (damage, name) in enumerate(expected):
+        line = next(lines, None)
+        if line and warning.fullmatch(line):
+            fell_back.append(index)
+            line = next(lines, None)
+        step = 10 if fell_back[-1:] == [index] else 12
+        assert line == f"case {index}: {damage} {name}: restored step {step}", result.stdout
+    assert next(lines, None) is None, result.stdout  # nothing after the last case either
+    assert len(fell_back) >= len(expected) // 2, result.stdout
+    assert fell_back[-10:] == list(range(len(expected) - 10, len(expected)))  # the repeats

@@ -104,7 +104,7 @@ def reference_run() -> pathlib.Path:
 def restore_setup(**overrides):
     """(config, corpus fingerprint, abstract state) to restore a test run in this process."""
     config = get_config()
-    config.corpus_dir = corpus_dir()
+    config.corpus_dir = overrides.pop("corpus_dir", None) or corpus_dir()
     for name, value in overrides.items():
         config[name] = value
     _, fingerprint = load_corpus_manifest(config)

@@ -20,9 +20,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from xlnet_jax import orbax_drain
 from xlnet_jax.train_state import TrainState
 
 log = logging.getLogger(__name__)
+orbax_drain.install()  # a fallback from a damaged step prints its warning and nothing else
 
 # Fields that fix the parameter shapes or the function the params compute.
 ARCHITECTURE_FIELDS = (
@@ -364,7 +366,8 @@ def verify_checksums(tree, expected: dict[str, int] | None, item: str) -> None:
         raise _DamagedStep(f"{item} holds other arrays than its checksums list")
     for name, value in actual.items():
         if expected[name] != value:
-            raise _DamagedStep(f"checksum mismatch in {item} array {name} (corrupted file)")
+            array = f"{item} array {name}" if name else f"{item} array"
+            raise _DamagedStep(f"checksum mismatch in {array} (corrupted file)")
 
 
 def read_checkpoint(workdir: str, step: int | None = None) -> dict:
