@@ -17,6 +17,7 @@ from tests.test_data_common import scratch, small_corpus
 from xlnet_jax.config import default_config
 from xlnet_jax.run_setup import load_corpus_manifest
 from xlnet_jax.validate import ConfigError, validate_config
+from xlnet_jax.validate_fields import KINDS
 
 DEVICES = 8
 NAN, INF = float("nan"), float("inf")
@@ -179,6 +180,8 @@ def names(message: str, *fields: str) -> bool:
 def test_every_field_has_an_entry():
     missing = sorted(set(default_config().keys()) - set(FIELDS))
     assert not missing, f"add an entry to FIELDS for each new config field: {missing}"
+    untyped = sorted(set(default_config().keys()) - set(KINDS))
+    assert not untyped, f"add each new config field to validate_fields.KINDS: {untyped}"
 
 
 def test_the_base_config_passes():
