@@ -1,12 +1,11 @@
 """Shared pieces of the CPU benchmarks: named shapes, our compiled train step, timing, peak.
 
-Every benchmark times the real training step (`steps.train_step`, jitted as the loop does:
-state donated, traced under the mesh and its logical axis rules) on a synthetic batch laid
-out as the stream batcher lays rows out (reuse block, A <sep> B <sep> <cls>).
+Every benchmark times the real training step, built by `program.build_program` as the loop
+builds it (state donated, traced under the mesh and its logical axis rules), on a synthetic
+batch laid out as the stream batcher lays rows out (reuse block, A <sep> B <sep> <cls>).
 """
 
 import dataclasses
-import functools
 import importlib.util
 import os
 import platform
@@ -23,10 +22,10 @@ import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
-from xlnet_jax import optim, sharding, steps  # noqa: E402
+from xlnet_jax import sharding  # noqa: E402
 from xlnet_jax.config import ModelConfig  # noqa: E402
-from xlnet_jax.layout import build_state  # noqa: E402
 from xlnet_jax.model import XLNetLM  # noqa: E402
+from xlnet_jax.program import build_program  # noqa: E402
 
 SEP, CLS = 4, 3
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -126,27 +125,15 @@ def init_params(c: ml_collections.ConfigDict) -> dict:
 
 
 def make_trainer(c: ml_collections.ConfigDict) -> Trainer:
-    """Builds state and compiles steps.train_step for `c` on all local devices."""
-    mesh = sharding.make_mesh(c)
-    with sharding.activate(mesh, c.logical_axis_rules):
-        model = XLNetLM(ModelConfig.from_config(c))
-        tx = optim.make_optimizer(c)
-        schedule = optim.learning_rate_schedule(c)
-        init, abstract, state_shardings = build_state(c, model, tx, mesh)
-        fn = functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=c)
-        data = sharding.logical_sharding(mesh, c.logical_axis_rules, "batch")
+    """Builds state and compiles the program's train step for `c` on all local devices."""
+    program = build_program(c, sharding.make_mesh(c))
+    with program.activate():
         host_batch = synthetic_batch(c)
-        batch = jax.device_put(host_batch, data)
+        batch = program.put_batch(host_batch)
         start = time.perf_counter()
-        step = (
-            jax.jit(
-                fn, out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=0
-            )
-            .lower(abstract, batch)
-            .compile()
-        )
+        step = program.compile_train_step()
         compile_s = time.perf_counter() - start
-        return Trainer(c, step, init(), batch, host_batch, compile_s)
+        return Trainer(c, step, program.init_state(), batch, host_batch, compile_s)
 
 
 def time_calls(fn: Callable[[], object], iters: int, warmup: int = 2) -> list[float]:

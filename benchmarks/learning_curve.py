@@ -23,7 +23,6 @@ sit on the plateau (6.04-6.10) for all 400 steps and agree to ~5e-6.
 """
 
 import argparse
-import functools
 import os
 import sys
 
@@ -43,8 +42,7 @@ from xlnet_jax.config import ModelConfig  # noqa: E402
 from xlnet_jax.data.corpus import unigram_entropy  # noqa: E402
 from xlnet_jax.data.manifest import load_manifest  # noqa: E402
 from xlnet_jax.data.streams import StreamBatcher  # noqa: E402
-from xlnet_jax.layout import abstract_batch, batch_shardings, build_state, to_global  # noqa: E402
-from xlnet_jax.model import XLNetLM  # noqa: E402
+from xlnet_jax.program import build_program  # noqa: E402
 
 Batch = dict[str, np.ndarray]
 
@@ -53,34 +51,14 @@ class Ours:
     """Our train step, compiled as xlnet_jax/train.py compiles it, fed a new batch each step."""
 
     def __init__(self, config: ml_collections.ConfigDict):
-        mesh = sharding.make_mesh(config)
-        with sharding.activate(mesh, config.logical_axis_rules):
-            model = XLNetLM(ModelConfig.from_config(config))
-            tx = optim.make_optimizer(config)
-            init, abstract, state_shardings = build_state(config, model, tx, mesh)
-            self.shardings = batch_shardings(mesh, config.logical_axis_rules)
-            fn = functools.partial(
-                steps.train_step,
-                model=model,
-                tx=tx,
-                schedule=optim.learning_rate_schedule(config),
-                config=config,
-            )
-            self.step_fn = (
-                jax.jit(
-                    fn,
-                    in_shardings=(state_shardings, self.shardings),
-                    out_shardings=(state_shardings, sharding.replicated(mesh)),
-                    donate_argnums=0,
-                )
-                .lower(abstract, abstract_batch(config, self.shardings))
-                .compile()
-            )
-            self.state = init()
+        self.program = build_program(config, sharding.make_mesh(config))
+        self.step_fn = self.program.compile_train_step()
+        with self.program.activate():
+            self.state = self.program.init_state()
 
     def step(self, batch: Batch) -> tuple[float, int]:
         """One training step; returns (loss, number of targets)."""
-        self.state, metrics = self.step_fn(self.state, to_global(batch, self.shardings))
+        self.state, metrics = self.step_fn(self.state, self.program.put_batch(batch))
         return float(metrics["loss"]), int(metrics["num_targets"])
 
 

@@ -65,30 +65,12 @@ def worker_rss(shape: str, framework: str) -> dict:
 
 def worker_fit(seq_len: int, remat: bool) -> dict:
     """Compiles the base-width step at `seq_len`, batch 1; RSS before and XLA's estimate."""
-    import jax
-
-    from xlnet_jax import optim, sharding, steps
-    from xlnet_jax.config import ModelConfig
-    from xlnet_jax.layout import abstract_batch, batch_shardings, build_state
-    from xlnet_jax.model import XLNetLM
+    from xlnet_jax import sharding
+    from xlnet_jax.program import build_program
 
     config = fit_config(seq_len, remat)
     baseline = maxrss_bytes()
-    mesh = sharding.make_mesh(config)
-    rules = config.logical_axis_rules
-    with sharding.activate(mesh, rules):
-        model = XLNetLM(ModelConfig.from_config(config))
-        tx = optim.make_optimizer(config)
-        _, abstract, _ = build_state(config, model, tx, mesh)
-        step = jax.jit(
-            lambda s, b: steps.train_step(
-                s, b, model=model, tx=tx, schedule=optim.learning_rate_schedule(config),
-                config=config,
-            ),
-            donate_argnums=0,
-        )  # fmt: skip
-        batch = abstract_batch(config, batch_shardings(mesh, rules))
-        compiled = step.lower(abstract, batch).compile()
+    compiled = build_program(config, sharding.make_mesh(config)).compile_train_step()
     return {"baseline": baseline, "estimate": compiled_bytes(compiled)}
 
 

@@ -1,39 +1,20 @@
 """Sharding is invisible: a (data 2, fsdp 2, tensor 2) mesh trains like one device."""
 
-import functools
-
 import jax
 import pytest
 
 from tests.helpers import assert_same_training, small_config, synthetic_batch
-from xlnet_jax import layout, optim, sharding, steps
-from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import XLNetLM
+from xlnet_jax import sharding
+from xlnet_jax.program import build_program
 
 
 def _train(config, devices, num_steps=3):
-    mesh = sharding.make_mesh(config, devices)
-    model = XLNetLM(ModelConfig.from_config(config))
-    tx = optim.make_optimizer(config)
-    init, _, state_shardings = layout.build_state(config, model, tx, mesh)
-    batch_shardings = layout.batch_shardings(mesh, config.logical_axis_rules)
-    step = jax.jit(
-        functools.partial(
-            steps.train_step,
-            model=model,
-            tx=tx,
-            schedule=optim.learning_rate_schedule(config),
-            config=config,
-        ),
-        in_shardings=(state_shardings, batch_shardings),
-        out_shardings=(state_shardings, sharding.replicated(mesh)),
-        donate_argnums=0,
-    )
-    state, losses = init(), []
-    with sharding.activate(mesh, config.logical_axis_rules):
+    program = build_program(config, sharding.make_mesh(config, devices))
+    state, losses = program.init_state(), []
+    with program.activate():
         for t in range(num_steps):
-            batch = layout.to_global(synthetic_batch(config, t), batch_shardings)
-            state, metrics = step(state, batch)
+            batch = program.put_batch(synthetic_batch(config, t))
+            state, metrics = program.train_step(state, batch)
             losses.append(float(metrics["loss"]))
     return losses, jax.device_get(state.params), jax.device_get(state.mems), state
 

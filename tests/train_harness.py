@@ -16,12 +16,10 @@ import numpy as np
 
 from tests import test_data_common
 from tests.train_config import get_config
-from xlnet_jax import optim, sharding
+from xlnet_jax import sharding
 from xlnet_jax.checkpoint import load_trained_params, read_checkpoint
-from xlnet_jax.config import ModelConfig
-from xlnet_jax.layout import build_state
 from xlnet_jax.metrics_writer import read_metrics
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.program import build_program
 from xlnet_jax.run_setup import load_corpus_manifest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -108,10 +106,8 @@ def restore_setup(**overrides):
     for name, value in overrides.items():
         config[name] = value
     _, fingerprint = load_corpus_manifest(config)
-    model = XLNetLM(ModelConfig.from_config(config))
-    mesh = sharding.make_mesh(config)
-    _, abstract, _ = build_state(config, model, optim.make_optimizer(config), mesh)
-    return config, fingerprint, abstract
+    program = build_program(config, sharding.make_mesh(config))
+    return config, fingerprint, program.abstract_state
 
 
 def copy_run(source, target) -> pathlib.Path:

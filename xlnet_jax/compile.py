@@ -6,17 +6,14 @@ FLOP analyses are set against the chip's HBM and peak bf16 rate. Needs `pip inst
 """
 
 import dataclasses
-import functools
 import math
 import os
 import re
 
-import jax
 import ml_collections
 
-from xlnet_jax import flops, layout, optim, sharding, steps
-from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import XLNetLM
+from xlnet_jax import flops, sharding
+from xlnet_jax.program import build_program
 from xlnet_jax.validate import ConfigError, validate_config
 
 GIB = 2**30
@@ -95,23 +92,10 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
     hbm = int(chip.hbm_bytes / per_chip)
     peak = chip.peak_tflops / per_chip * 1e12
 
-    mesh = sharding.make_mesh(config, devices)
-    model = XLNetLM(ModelConfig.from_config(config))
-    tx = optim.make_optimizer(config)
-    schedule = optim.learning_rate_schedule(config)
-    _, abstract_state, state_shardings = layout.build_state(config, model, tx, mesh)
-    batch_shardings = layout.batch_shardings(mesh, config.logical_axis_rules)
-    abstract_batch = layout.abstract_batch(config, batch_shardings)
-    step = jax.jit(
-        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=config),
-        in_shardings=(state_shardings, batch_shardings),
-        out_shardings=(state_shardings, sharding.replicated(mesh)),
-        donate_argnums=0,
-    )
+    program = build_program(config, sharding.make_mesh(config, devices))
     model_flops = flops.train_flops_per_step(config) / len(devices)
     try:
-        with sharding.activate(mesh, config.logical_axis_rules):
-            compiled = step.lower(abstract_state, abstract_batch).compile()
+        compiled = program.compile_train_step()
     except Exception as e:  # noqa: BLE001 - XLA reports out-of-memory as a runtime error
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise

@@ -1,16 +1,47 @@
-"""`xlnet-jax eval`: held-out PLM loss and accuracy of a workdir's newest checkpoint."""
+"""Held-out evaluation: the evaluator the training loop calls, and `xlnet-jax eval`.
+
+Training imports `make_evaluator` from here; evaluation never depends on the loop.
+"""
+
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 
-from xlnet_jax import layout, optim, sharding, train
+from xlnet_jax import sharding
 from xlnet_jax.checkpoint import Checkpointer, CheckpointError
-from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.metrics_writer import MetricsWriter
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.program import Program, build_program
 from xlnet_jax.run_setup import load_corpus_manifest
 from xlnet_jax.validate import validate_config
+
+
+def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
+    """params -> held-out PLM loss and accuracy over eval_steps validation batches.
+
+    The memory starts from zeros and is carried across the batches; the PLM keys are fixed,
+    so every evaluation of the same params sees the same targets.
+    """
+    config = program.config
+    batcher = program.batcher(corpus_dir, "validation")
+    zero_mems = program.zero_mems()
+    base_key = jax.random.PRNGKey(config.seed + 1)
+
+    def evaluate(params) -> dict:
+        mems, totals = zero_mems, []
+        for index in range(config.eval_steps):
+            key = jax.random.fold_in(base_key, index)
+            batch = program.put_batch(batcher.batch(index))
+            mems, terms = program.eval_step(params, mems, batch, key)
+            totals.append(terms)
+        nll, count, correct = np.sum(np.asarray(jax.device_get(totals)), axis=0)
+        count = max(float(count), 1.0)
+        return {"loss": float(nll) / count, "accuracy": float(correct) / count}
+
+    return evaluate
 
 
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -23,14 +54,13 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def _evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict:
     manifest, fingerprint = load_corpus_manifest(config)
-    model = XLNetLM(ModelConfig.from_config(config))
-    _, abstract_state, _ = layout.build_state(config, model, optim.make_optimizer(config), mesh)
+    program = build_program(config, mesh)
     checkpointer = Checkpointer(workdir, config)
-    state = checkpointer.restore(abstract_state, config, fingerprint, move_damaged=False)
+    state = checkpointer.restore(program.abstract_state, config, fingerprint, move_damaged=False)
     checkpointer.close()
     if state is None:
         raise CheckpointError(f"{workdir} has no checkpoint to evaluate; train first.")
-    evaluate = train.make_evaluator(config, model, mesh, manifest.path, abstract_state)
+    evaluate = make_evaluator(program, manifest.path)
     result = evaluate(state.params)
     result["step"] = int(jax.device_get(state.step))
     result["unigram_entropy"] = unigram_entropy(manifest, config.vocab_size)

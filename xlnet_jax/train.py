@@ -6,28 +6,21 @@ functions of (seed, step). SIGTERM saves at the next step boundary and exits cle
 """
 
 import concurrent.futures
-import functools
 import logging
 import os
 import pathlib
 import signal
 import time
-from collections.abc import Callable
-from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from jax.experimental import multihost_utils
 
-from xlnet_jax import flops, optim, sharding, steps
+from xlnet_jax import flops, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer, make_meta
-from xlnet_jax.config import ModelConfig
-from xlnet_jax.data.streams import StreamBatcher
-from xlnet_jax.layout import abstract_batch, batch_shardings, build_state, to_global
+from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.metrics_writer import MetricsWriter
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.program import build_program
 from xlnet_jax.progress import ProgressLine
 from xlnet_jax.run_setup import (
     MIN_FREE_BYTES,
@@ -83,54 +76,6 @@ class _Preemption:
     def restore(self) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
-
-
-def make_batcher(config, corpus_dir: str, split: str, mesh) -> StreamBatcher:
-    """The stream batcher for this process's rows of `split`."""
-    return StreamBatcher(
-        corpus_dir,
-        split,
-        seq_len=config.seq_len,
-        reuse_len=config.reuse_len,
-        global_batch=config.batch_size,
-        bi_data=config.bi_data,
-        seed=config.seed,
-        next_sentence_prob=config.next_sentence_prob,
-        num_data_shards=sharding.num_data_shards(mesh),
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    )
-
-
-def make_evaluator(
-    config: ml_collections.ConfigDict, model: XLNetLM, mesh, corpus_dir: str, abstract_state
-) -> Callable[[Any], dict]:
-    """params -> held-out PLM loss and accuracy over eval_steps validation batches.
-
-    The memory starts from zeros and is carried across the batches; the PLM keys are fixed,
-    so every evaluation of the same params sees the same targets.
-    """
-    mems_sharding = abstract_state.mems.sharding
-    eval_fn = jax.jit(
-        functools.partial(steps.eval_step, model=model, config=config),
-        out_shardings=(mems_sharding, sharding.replicated(mesh)),
-    )
-    batcher = make_batcher(config, corpus_dir, "validation", mesh)
-    put = functools.partial(to_global, shardings=batch_shardings(mesh, config.logical_axis_rules))
-    zero_mems = jax.jit(jnp.zeros_like, out_shardings=mems_sharding)(abstract_state.mems)
-    base_key = jax.random.PRNGKey(config.seed + 1)
-
-    def evaluate(params) -> dict:
-        mems, totals = zero_mems, []
-        for index in range(config.eval_steps):
-            key = jax.random.fold_in(base_key, index)
-            mems, terms = eval_fn(params, mems, put(batcher.batch(index)), key)
-            totals.append(terms)
-        nll, count, correct = np.sum(np.asarray(jax.device_get(totals)), axis=0)
-        count = max(float(count), 1.0)
-        return {"loss": float(nll) / count, "accuracy": float(correct) / count}
-
-    return evaluate
 
 
 class _NonFiniteMonitor:
@@ -241,17 +186,13 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     """The body of train_and_evaluate, traced under the mesh and its logical axis rules."""
     manifest, fingerprint = load_corpus_manifest(config)
     primary = jax.process_index() == 0
-    rules = config.logical_axis_rules
-    model = XLNetLM(ModelConfig.from_config(config))
-    schedule = optim.learning_rate_schedule(config)
-    tx = optim.make_optimizer(config)
-    init, abstract_state, state_shardings = build_state(config, model, tx, mesh)
-    checkpoint_bytes = _state_bytes(abstract_state)
+    program = build_program(config, mesh)
+    checkpoint_bytes = _state_bytes(program.abstract_state)
     lock = prepare_workdir(workdir, checkpoint_bytes)
 
     checkpointer = Checkpointer(workdir, config)
     try:
-        state = checkpointer.restore(abstract_state, config, fingerprint)
+        state = checkpointer.restore(program.abstract_state, config, fingerprint)
     except BaseException:
         # Close orbax's background machinery before the error reaches the user, so the
         # one-line message is not followed by its threads' shutdown noise.
@@ -260,32 +201,19 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
         raise
     if state is None:
         _announce_new_run(workdir)
-        state = init()
+        state = program.init_state()
     elif state.mems is None:
-        zeros = jax.jit(jnp.zeros_like, out_shardings=state_shardings.mems)
-        state = state.replace(mems=zeros(abstract_state.mems))
+        state = state.replace(mems=program.zero_mems())
     start_step = int(jax.device_get(state.step))
     if start_step:
         log.info("Resumed from step %d in %s", start_step, workdir)
 
-    shardings = batch_shardings(mesh, rules)
-    put = functools.partial(to_global, shardings=shardings)
-    train_batcher = make_batcher(config, manifest.path, "train", mesh)
-    step_fn = jax.jit(
-        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=config),
-        in_shardings=(state_shardings, shardings),
-        out_shardings=(state_shardings, sharding.replicated(mesh)),
-        donate_argnums=0,
-    )
+    train_batcher = program.batcher(manifest.path, "train")
     compile_start = time.time()
-    step_fn = step_fn.lower(abstract_state, abstract_batch(config, shardings)).compile()
+    step_fn = program.compile_train_step()
     log.info("Compiled the train step in %.1f s", time.time() - compile_start)
 
-    evaluate = (
-        make_evaluator(config, model, mesh, manifest.path, abstract_state)
-        if config.eval_every
-        else None
-    )
+    evaluate = make_evaluator(program, manifest.path) if config.eval_every else None
 
     writer = MetricsWriter(workdir, enabled=primary)
     progress = ProgressLine(config.num_train_steps, enabled=primary)
@@ -301,7 +229,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     last_saved = start_step or None
     try:
         for step in range(start_step, config.num_train_steps):
-            batch = put(next_batch.result())
+            batch = program.put_batch(next_batch.result())
             if step + 1 < config.num_train_steps:
                 next_batch = prefetch.submit(train_batcher.batch, step + 1)
             with jax.transfer_guard("disallow"):

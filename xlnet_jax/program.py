@@ -1,0 +1,128 @@
+"""The program: one function from (config, mesh) to everything that runs on the mesh.
+
+Training, `xlnet-jax eval`, `xlnet-jax compile`, the benchmarks and the tests all get their
+model, optimiser, state layout and jitted steps from `build_program`, so an AOT compile or
+a benchmark runs exactly the program that trains. A new switch (an attention
+implementation, a remat policy, a profiler hook) has this one place to go.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from jax.sharding import Mesh
+
+from xlnet_jax import layout, optim, sharding, steps
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.streams import StreamBatcher
+from xlnet_jax.model import XLNetLM
+from xlnet_jax.train_state import TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """The model, its optimiser and the jitted steps, laid out over one mesh.
+
+    Attributes:
+      config: the run's config.
+      mesh: the device mesh everything is sharded over.
+      model: the Flax module.
+      tx: the optax optimiser; schedule: its learning-rate schedule.
+      init_state: () -> a fresh TrainState, created directly in its shardings.
+      abstract_state: shapes, dtypes and shardings of the TrainState (for restore and AOT).
+      state_shardings: the TrainState's NamedShardings.
+      batch_shardings: the global batch's NamedShardings, per field.
+      abstract_batch: shapes, dtypes and shardings of the global batch.
+      train_step: jitted (state, batch) -> (state, metrics); the state is donated.
+      eval_step: jitted (params, mems, batch, key) -> (mems, (nll, count, correct)).
+    """
+
+    config: ml_collections.ConfigDict
+    mesh: Mesh
+    model: XLNetLM
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    init_state: Callable[[], TrainState]
+    abstract_state: TrainState
+    state_shardings: TrainState
+    batch_shardings: dict
+    abstract_batch: dict
+    train_step: Callable
+    eval_step: Callable
+
+    def activate(self):
+        """The mesh and logical axis rules under which the steps must be traced."""
+        return sharding.activate(self.mesh, self.config.logical_axis_rules)
+
+    def compile_train_step(self):
+        """The train step lowered for the abstract state and batch, and compiled (AOT)."""
+        with self.activate():
+            return self.train_step.lower(self.abstract_state, self.abstract_batch).compile()
+
+    def zero_mems(self) -> jax.Array:
+        """A recurrence memory of zeros, in the state's memory sharding."""
+        zeros = jax.jit(jnp.zeros_like, out_shardings=self.state_shardings.mems)
+        return zeros(self.abstract_state.mems)
+
+    def put_batch(self, local_batch: dict) -> dict:
+        """This process's rows of a batch -> global arrays in the batch shardings."""
+        return layout.to_global(local_batch, self.batch_shardings)
+
+    def batcher(self, corpus_dir: str, split: str) -> StreamBatcher:
+        """The stream batcher of this process's rows of `split`, for this mesh's data shards."""
+        config = self.config
+        return StreamBatcher(
+            corpus_dir,
+            split,
+            seq_len=config.seq_len,
+            reuse_len=config.reuse_len,
+            global_batch=config.batch_size,
+            bi_data=config.bi_data,
+            seed=config.seed,
+            next_sentence_prob=config.next_sentence_prob,
+            num_data_shards=sharding.num_data_shards(self.mesh),
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
+
+
+def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:
+    """Builds the model, optimiser, state layout and jitted steps of `config` on `mesh`.
+
+    Nothing is traced or compiled here: the steps trace on first call (under
+    `Program.activate`) or through `Program.compile_train_step`.
+    """
+    model = XLNetLM(ModelConfig.from_config(config))
+    tx = optim.make_optimizer(config)
+    schedule = optim.learning_rate_schedule(config)
+    init_state, abstract_state, state_shardings = layout.build_state(config, model, tx, mesh)
+    batch_shardings = layout.batch_shardings(mesh, config.logical_axis_rules)
+    replicated = sharding.replicated(mesh)
+    train_step = jax.jit(
+        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=config),
+        in_shardings=(state_shardings, batch_shardings),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=0,
+    )
+    eval_step = jax.jit(
+        functools.partial(steps.eval_step, model=model, config=config),
+        out_shardings=(state_shardings.mems, replicated),
+    )
+    return Program(
+        config=config,
+        mesh=mesh,
+        model=model,
+        tx=tx,
+        schedule=schedule,
+        init_state=init_state,
+        abstract_state=abstract_state,
+        state_shardings=state_shardings,
+        batch_shardings=batch_shardings,
+        abstract_batch=layout.abstract_batch(config, batch_shardings),
+        train_step=train_step,
+        eval_step=eval_step,
+    )
