@@ -10,10 +10,10 @@ import sentencepiece as spm
 from test_data_common import english_text, scratch, small_corpus, write_documents
 
 from xlnet_jax.data import sources
-from xlnet_jax.data.errors import DataError
 from xlnet_jax.data.normalize import normalize
 from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint, prepare_corpus
 from xlnet_jax.data.streams import StreamBatcher
+from xlnet_jax.errors import DataError
 
 DOCS = [["A first sentence here.", "And a second one."], ["Another document."]] * 20
 

@@ -21,6 +21,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from xlnet_jax import orbax_drain
+from xlnet_jax.errors import CheckpointError
 from xlnet_jax.train_state import TrainState
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,6 @@ ARCHITECTURE_FIELDS = (
     "ff_activation",
     "untie_r",
 )
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used; the message names the path and what to do."""
 
 
 def make_meta(config: ml_collections.ConfigDict, corpus_fingerprint: str, step: int) -> dict:

@@ -1,18 +1,22 @@
 """The `xlnet-jax` command: prepare, train, eval, compile, launch, import-hf, export-hf.
 
-Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Known errors (bad
-config, bad corpus, unusable workdir or checkpoint) print one line and exit 1; no traceback.
+Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Known errors (the
+`XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint) print one
+line and exit 1; no traceback. A wrong command line prints one line and exits 2.
 """
 
 import dataclasses
+import difflib
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
 
+import ml_collections
 from absl import flags
 from ml_collections import config_flags
+
+from xlnet_jax.errors import UsageError, XLNetJaxError
 
 USAGE = """usage: xlnet-jax COMMAND [flags]
 
@@ -38,13 +42,14 @@ class Command:
     positional: str = ""
 
 
-def _define_config(fv: flags.FlagValues) -> None:
+def _define_config(fv: flags.FlagValues, sys_argv: list[str] | None = None) -> None:
     config_flags.DEFINE_config_file(
         "config",
         None,
         "Config file, e.g. configs/tiny.py; override fields with --config.FIELD=VALUE.",
         flag_values=fv,
         lock_config=True,
+        sys_argv=sys_argv,
     )
 
 
@@ -201,34 +206,16 @@ def _single_source(args: list[str]) -> str:
 def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax import hf
 
-    try:
-        hf.import_hf(_single_source(args), _require(fv, "out"))
-    except ValueError as e:  # the importer names the file or field in every ValueError
-        raise ImportRefused(str(e)) from None
+    hf.import_hf(_single_source(args), _require(fv, "out"))
     return 0
 
 
 def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
-    import pathlib
-    import shutil
+    from xlnet_jax import export
 
-    from xlnet_jax import hf
-    from xlnet_jax.checkpoint import load_trained_params
-    from xlnet_jax.config import ModelConfig
-    from xlnet_jax.data.manifest import load_manifest
-
-    source, out = _single_source(args), _require(fv, "out")
-    if not (pathlib.Path(source) / "checkpoints").is_dir():
-        hf.export_hf(source, out)
-        return 0
-    config, params = load_trained_params(source)
-    hf.save_hf(out, ModelConfig.from_config(config), params)
-    note = "no tokenizer copied: the run's corpus_dir is not here"
-    if (pathlib.Path(config.corpus_dir) / "manifest.json").is_file():
-        tokenizer = load_manifest(config.corpus_dir).tokenizer_path
-        shutil.copy(tokenizer, pathlib.Path(out) / "spiece.model")
-        note = f"tokenizer {tokenizer} copied as spiece.model"
-    print(f"exported the newest checkpoint of {source} to {out}; {note}")
+    message = export.export_to_hf(_single_source(args), _require(fv, "out"))
+    if message:
+        print(message)
     return 0
 
 
@@ -278,35 +265,6 @@ COMMANDS = {
 }
 
 
-class UsageError(Exception):
-    """The command line is wrong; the message says how."""
-
-
-class ImportRefused(Exception):
-    """A HuggingFace directory cannot be imported; the message names the file or field."""
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message is the whole story: printed as one line, exit 1."""
-    from xlnet_jax.checkpoint import CheckpointError
-    from xlnet_jax.data.errors import DataError
-    from xlnet_jax.run_setup import WorkdirError
-    from xlnet_jax.sharding import MeshError
-    from xlnet_jax.train import NonFiniteError
-    from xlnet_jax.validate import ConfigError
-
-    return (
-        CheckpointError,
-        ConfigError,
-        DataError,
-        MeshError,
-        NonFiniteError,
-        WorkdirError,
-        FileNotFoundError,
-        ImportRefused,
-    )
-
-
 def _print_usage() -> None:
     width = max(len(name) for name in COMMANDS) + 2
     lines = [f"  {name.ljust(width)}{cmd.summary}" for name, cmd in COMMANDS.items()]
@@ -318,21 +276,44 @@ def _parse(fv: flags.FlagValues, name: str, rest: list[str]) -> list[str]:
     """Parses the flags; returns the positional arguments. Config errors become UsageError."""
     try:
         args = fv([f"xlnet-jax {name}", *rest])[1:]
-    except AttributeError as e:
-        text = str(e).encode().decode("unicode_escape")
-        field = re.search(r"'([^'\\]+)\\*'", text)
-        hint = re.search(r"Did you mean \"([^\"]+)\"", text)
-        name = field.group(1) if field else text
-        raise UsageError(
-            f"unknown config field {name!r} (from --config.{name}=...)"
-            + (f"; did you mean {hint.group(1)!r}?" if hint else "; see the config file.")
-        ) from None
+    except (AttributeError, KeyError) as e:  # config_flags: an override names no field
+        raise _unknown_override(name, rest) or UsageError(f"--config: {e}") from None
     if "config" in fv and fv["config"].value is not None:
         try:
             fv.config.get("seed")
         except Exception as e:  # noqa: BLE001 - config_flags defers load errors to first use
             raise UsageError(f"--config could not be loaded: {e}") from None
     return args
+
+
+def _unknown_override(name: str, rest: list[str]) -> UsageError | None:
+    """The error for the first --config.PATH override that is not a field of the config.
+
+    The config file is loaded again without the overrides, and each override's path is
+    looked up in it, so the message comes from the config itself, not from parsing
+    ml_collections' error text.
+    """
+    # config_flags reads the overrides from sys.argv: give the probe an argv without them.
+    plain = [f"xlnet-jax {name}", *(a for a in rest if not a.startswith("--config."))]
+    probe = flags.FlagValues()
+    _define_config(probe, sys_argv=plain)
+    probe(plain, known_only=True)
+    for arg in rest:
+        if not arg.startswith("--config."):
+            continue
+        path = arg.removeprefix("--config.").split("=", 1)[0].split(".")
+        node = probe.config
+        for depth, part in enumerate(path):
+            fields = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+            if part not in fields:
+                field = ".".join(path[: depth + 1])
+                hint = difflib.get_close_matches(part, fields, n=1)
+                return UsageError(
+                    f"unknown config field {field!r} (from --config.{field}=...)"
+                    + (f"; did you mean {hint[0]!r}?" if hint else "; see the config file.")
+                )
+            node = node[part]
+    return None
 
 
 def _exit_now(code: int) -> None:
@@ -376,7 +357,7 @@ def main(argv: list[str]) -> int:
     except (flags.Error, UsageError) as e:
         print(f"xlnet-jax {name}: {e}", file=sys.stderr)
         return 2
-    except _known_errors() as e:
+    except XLNetJaxError as e:  # its message is the whole story
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
         _exit_now(1)
 

@@ -30,6 +30,7 @@ import safetensors.numpy
 from flax import traverse_util
 
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.errors import HFFormatError, MissingFileError
 from xlnet_jax.model import XLNetLM, validate_model_config
 
 Params = dict
@@ -85,12 +86,12 @@ def _check_tree(config: ModelConfig, params: Params, source: str) -> None:
     got = traverse_util.flatten_dict(params, sep="/")
     if expected.keys() != got.keys():
         missing, extra = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
-        raise ValueError(
+        raise HFFormatError(
             f"{source}: parameters do not match the config: missing {missing}, extra {extra}"
         )
     for key, spec in expected.items():
         if tuple(got[key].shape) != spec.shape:
-            raise ValueError(
+            raise HFFormatError(
                 f"{source}: parameter {key} has shape {got[key].shape}, expected {spec.shape}"
             )
 
@@ -118,13 +119,13 @@ def config_from_hf(hf: Mapping, source: str = "HF config") -> ModelConfig:
       than gelu/relu, d_head != d_model // n_head.
     """
     if hf.get("attn_type", "bi") != "bi":
-        raise ValueError(f"{source}: attn_type={hf['attn_type']!r} is not supported (only 'bi')")
+        raise HFFormatError(f"{source}: attn_type={hf['attn_type']!r} is not supported (only 'bi')")
     if hf.get("same_length", False):
-        raise ValueError(f"{source}: same_length=True is not supported")
+        raise HFFormatError(f"{source}: same_length=True is not supported")
     d_model, n_head = hf["d_model"], hf["n_head"]
     d_head = hf.get("d_head") or d_model // n_head
     if d_head * n_head != d_model:
-        raise ValueError(
+        raise HFFormatError(
             f"{source}: d_head ({d_head}) must equal d_model // n_head ({d_model // n_head})"
         )
     config = ModelConfig(
@@ -148,7 +149,7 @@ def config_from_hf(hf: Mapping, source: str = "HF config") -> ModelConfig:
     try:
         validate_model_config(config)
     except ValueError as e:
-        raise ValueError(f"{source}: {e}") from e
+        raise HFFormatError(f"{source}: {e}") from e
     return config
 
 
@@ -156,7 +157,7 @@ def config_to_hf(config: ModelConfig) -> dict:
     """The config.json of an HF XLNetLMHeadModel with our architecture."""
     validate_model_config(config)
     if config.d_head * config.n_head != config.d_model:
-        raise ValueError(f"d_head ({config.d_head}) must equal d_model // n_head for HF")
+        raise HFFormatError(f"d_head ({config.d_head}) must equal d_model // n_head for HF")
     return {
         "architectures": ["XLNetLMHeadModel"],
         "model_type": "xlnet",
@@ -197,7 +198,7 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: ModelConfig) -> Para
     ]
     missing = [k for k in [*_TOP_KEYS, *layer_keys, *bias_keys] if k not in state]
     if missing:
-        raise ValueError(f"HF state dict lacks {len(missing)} keys, e.g. {missing[:3]}")
+        raise HFFormatError(f"HF state dict lacks {len(missing)} keys, e.g. {missing[:3]}")
     params: Params = {}
     for key, path in _TOP_KEYS.items():
         _set(params, path, np.asarray(state[key], np.float32))
@@ -216,7 +217,9 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: ModelConfig) -> Para
         if config.untie_r:
             _set(params, ("layers", "attention", "rel_biases", name), biases)
         elif not (biases == biases[:1]).all():
-            raise ValueError(f"untie_r=False needs identical {name} in every layer of the HF model")
+            raise HFFormatError(
+                f"untie_r=False needs identical {name} in every layer of the HF model"
+            )
         else:
             _set(params, ("rel_biases", name), biases[0])
     _check_tree(config, params, "HF state dict")
@@ -255,19 +258,22 @@ def _read_hf_state(path: pathlib.Path) -> dict[str, np.ndarray]:
         try:
             state = torch.load(path / _HF_TORCH, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
-            raise ValueError(
+            raise HFFormatError(
                 f"{path / _HF_TORCH}: refused, it holds objects other than tensors (only "
                 "weights_only loads are allowed: unpickling runs code). Convert it to "
                 "model.safetensors with a trusted tool."
             ) from e
         return {k: v.float().numpy() for k, v in state.items()}
-    raise FileNotFoundError(f"{path}: neither {_HF_SAFETENSORS} nor {_HF_TORCH} found")
+    raise MissingFileError(f"{path}: neither {_HF_SAFETENSORS} nor {_HF_TORCH} found")
 
 
 def _read_json(path: pathlib.Path) -> dict:
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found")
-    return json.loads(path.read_text())
+        raise MissingFileError(f"{path} not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise HFFormatError(f"{path}: not valid JSON ({e})") from None
 
 
 def load_hf(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
@@ -311,10 +317,10 @@ def load_params_dir(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
     fields = _read_json(path / _CONFIG)
     unknown = set(fields) - {f.name for f in dataclasses.fields(ModelConfig)}
     if unknown:
-        raise ValueError(f"{path / _CONFIG}: unknown ModelConfig fields {sorted(unknown)}")
+        raise HFFormatError(f"{path / _CONFIG}: unknown ModelConfig fields {sorted(unknown)}")
     config = ModelConfig(**fields)
     if not (path / _PARAMS).exists():
-        raise FileNotFoundError(f"{path / _PARAMS} not found")
+        raise MissingFileError(f"{path / _PARAMS} not found")
     params = traverse_util.unflatten_dict(safetensors.numpy.load_file(path / _PARAMS), sep="/")
     _check_tree(config, params, str(path / _PARAMS))
     return config, params

@@ -10,16 +10,11 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from xlnet_jax.data.errors import DataError
 from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint
-from xlnet_jax.validate import ConfigError
+from xlnet_jax.errors import ConfigError, DataError, WorkdirError
 
 # Free space kept in reserve beyond one checkpoint (metrics, TensorBoard, orbax metadata).
 MIN_FREE_BYTES = 64 * 2**20
-
-
-class WorkdirError(RuntimeError):
-    """The workdir cannot be used; the message names it and what to do."""
 
 
 class WorkdirLock:

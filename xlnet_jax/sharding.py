@@ -11,11 +11,9 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from xlnet_jax.errors import MeshError
+
 MESH_AXES = ("data", "fsdp", "tensor")
-
-
-class MeshError(ValueError):
-    """The configured mesh does not fit the devices."""
 
 
 def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:

@@ -18,6 +18,7 @@ from jax.experimental import multihost_utils
 
 from xlnet_jax import flops, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer, make_meta
+from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.program import build_program
@@ -32,10 +33,6 @@ from xlnet_jax.train_state import TrainState
 from xlnet_jax.validate import validate_config
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteError(RuntimeError):
-    """A step produced a non-finite value under nonfinite_policy='halt', or many in a row."""
 
 
 # Under nonfinite_policy='skip', this many skipped steps in a row stop the run: it is not

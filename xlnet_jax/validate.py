@@ -7,15 +7,12 @@ import ml_collections
 from xlnet_jax import sharding
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import SPECIAL_IDS
+from xlnet_jax.errors import ConfigError
 from xlnet_jax.model import validate_model_config
 from xlnet_jax.plm import PLMConfig, validate_plm_config
 from xlnet_jax.validate_fields import field_problem, nonfinite_problem
 
 NUM_SPECIAL_IDS = len(SPECIAL_IDS)
-
-
-class ConfigError(ValueError):
-    """A config field breaks a constraint; the message names the field."""
 
 
 def _check(ok: bool, field: str, constraint: str, value) -> None:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 
-from xlnet_jax.data.errors import DataError
+from xlnet_jax.errors import DataError
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"

@@ -30,7 +30,6 @@ from collections.abc import Iterator
 import numpy as np
 
 from xlnet_jax.data import sources, tfds_builder, tokenizer
-from xlnet_jax.data.errors import DataError
 from xlnet_jax.data.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -42,6 +41,7 @@ from xlnet_jax.data.manifest import (
 )
 from xlnet_jax.data.normalize import normalization_options, normalize
 from xlnet_jax.data.progress import Progress
+from xlnet_jax.errors import DataError
 
 __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"]
 

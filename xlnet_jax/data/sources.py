@@ -22,8 +22,8 @@ import os
 from collections.abc import Iterator
 
 from xlnet_jax.data import builtin_corpus
-from xlnet_jax.data.errors import DataError
 from xlnet_jax.data.normalize import CONTROL_CHARS
+from xlnet_jax.errors import DataError
 
 MAX_INVALID_FRACTION = 0.1
 MAX_LINE_BYTES = 65_536

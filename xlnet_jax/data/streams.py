@@ -39,8 +39,8 @@ import numpy as np
 
 from xlnet_jax.data import tokenizer
 from xlnet_jax.data.corpus import load_split
-from xlnet_jax.data.errors import DataError
 from xlnet_jax.data.manifest import load_manifest, manifest_fingerprint
+from xlnet_jax.errors import DataError
 
 
 class StreamBatcher:

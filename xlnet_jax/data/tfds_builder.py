@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import tensorflow_datasets as tfds
 
-from xlnet_jax.data.errors import DataError
+from xlnet_jax.errors import DataError
 
 NAME = "xlnet_corpus"
 VERSION = "1.0.0"

@@ -18,7 +18,7 @@ import re
 import numpy as np
 import sentencepiece as spm
 
-from xlnet_jax.data.errors import DataError
+from xlnet_jax.errors import DataError
 
 SPECIAL_PIECES = ("<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>")
 SPECIAL_IDS = {piece: i for i, piece in enumerate(SPECIAL_PIECES)}

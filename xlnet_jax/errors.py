@@ -1,0 +1,49 @@
+"""The errors a user can act on: one family, each message one line naming the field or file.
+
+The CLI catches `XLNetJaxError` and prints its message without a traceback. Each class also
+derives from the builtin it refines (ValueError, RuntimeError, FileNotFoundError), so a
+caller that catches the builtin keeps working.
+"""
+
+
+class XLNetJaxError(Exception):
+    """Base of every user-facing error: the message is the whole story."""
+
+
+class UsageError(XLNetJaxError):
+    """The command line is wrong; the message says how."""
+
+
+class ConfigError(XLNetJaxError, ValueError):
+    """A config field breaks a constraint; the message names the field."""
+
+
+class MeshError(XLNetJaxError, ValueError):
+    """The configured mesh does not fit the devices."""
+
+
+class DataError(XLNetJaxError, ValueError):
+    """A corpus input, tokenizer or prepared corpus cannot be used.
+
+    The message names the file or directory at fault and says what to do about it.
+    """
+
+
+class WorkdirError(XLNetJaxError, RuntimeError):
+    """The workdir cannot be used; the message names it and what to do."""
+
+
+class CheckpointError(XLNetJaxError, RuntimeError):
+    """A checkpoint cannot be used; the message names the path and what to do."""
+
+
+class NonFiniteError(XLNetJaxError, RuntimeError):
+    """A step produced a non-finite value under nonfinite_policy='halt', or many in a row."""
+
+
+class HFFormatError(XLNetJaxError, ValueError):
+    """A HuggingFace or params directory cannot be read; the message names the file or field."""
+
+
+class MissingFileError(XLNetJaxError, FileNotFoundError):
+    """A file the command needs is not there; the message names it."""

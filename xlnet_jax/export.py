@@ -1,0 +1,31 @@
+"""`xlnet-jax export-hf`: a params directory or a train workdir -> a HuggingFace directory."""
+
+import pathlib
+import shutil
+
+from xlnet_jax import hf
+from xlnet_jax.checkpoint import load_trained_params
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.manifest import load_manifest
+
+
+def export_to_hf(source: str, out: str) -> str:
+    """Writes `source`'s weights to `out` as transformers.XLNetLMHeadModel loads them.
+
+    `source` is a params directory (from import-hf) or a train workdir, whose newest
+    checkpoint is exported together with the run's tokenizer when its corpus is at hand.
+
+    Returns:
+      A line for the user about what was exported, or "" for a params directory.
+    """
+    if not (pathlib.Path(source) / "checkpoints").is_dir():
+        hf.export_hf(source, out)
+        return ""
+    config, params = load_trained_params(source)
+    hf.save_hf(out, ModelConfig.from_config(config), params)
+    note = "no tokenizer copied: the run's corpus_dir is not here"
+    if (pathlib.Path(config.corpus_dir) / "manifest.json").is_file():
+        tokenizer = load_manifest(config.corpus_dir).tokenizer_path
+        shutil.copy(tokenizer, pathlib.Path(out) / "spiece.model")
+        note = f"tokenizer {tokenizer} copied as spiece.model"
+    return f"exported the newest checkpoint of {source} to {out}; {note}"
