@@ -6,7 +6,7 @@ setuptools.setup(
     name="xlnet-jax",
     version="0.1.0",
     description="TPU-native XLNet pretraining in JAX/Flax",
-    packages=setuptools.find_packages(include=["xlnet_jax", "xlnet_jax.*", "launch", "launch.*"]),
+    packages=setuptools.find_packages(include=["xlnet_jax", "xlnet_jax.*"]),
     python_requires=">=3.11",
     install_requires=[
         "jax==0.10.2",

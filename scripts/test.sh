@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh "test,tpu"
-.venv/bin/ruff check xlnet_jax launch configs tests benchmarks
+.venv/bin/ruff check xlnet_jax configs tests benchmarks
 .venv/bin/python -m pytest tests "$@"

@@ -13,7 +13,8 @@ import pytest
 
 from tests import train_harness as harness
 from tests.train_config import get_config
-from xlnet_jax import run_setup, train
+from xlnet_jax import train
+from xlnet_jax import workdir as workdir_lib
 
 DiskUsage = collections.namedtuple("DiskUsage", "total used free")
 
@@ -25,8 +26,8 @@ def error_lines(result) -> list[str]:
 def test_workdir_below_a_file_is_refused(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with pytest.raises(run_setup.WorkdirError, match=r"a-file/run is not writable \(Not a dir"):
-        run_setup.prepare_workdir(str(blocker / "run"), checkpoint_bytes=0)
+    with pytest.raises(workdir_lib.WorkdirError, match=r"a-file/run is not writable \(Not a dir"):
+        workdir_lib.prepare_workdir(str(blocker / "run"), checkpoint_bytes=0)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
@@ -35,8 +36,8 @@ def test_read_only_workdir_is_refused(tmp_path):
     workdir.mkdir()
     workdir.chmod(0o500)
     try:
-        with pytest.raises(run_setup.WorkdirError, match="is not writable"):
-            run_setup.prepare_workdir(str(workdir), checkpoint_bytes=0)
+        with pytest.raises(workdir_lib.WorkdirError, match="is not writable"):
+            workdir_lib.prepare_workdir(str(workdir), checkpoint_bytes=0)
     finally:
         workdir.chmod(0o700)
 
@@ -53,7 +54,7 @@ def test_cli_unwritable_workdir_fails_before_training_in_one_line(tmp_path):
 
 def fake_free_space(monkeypatch, free_bytes: int) -> None:
     monkeypatch.setattr(
-        run_setup.shutil, "disk_usage", lambda path: DiskUsage(10 * free_bytes, 0, free_bytes)
+        workdir_lib.shutil, "disk_usage", lambda path: DiskUsage(10 * free_bytes, 0, free_bytes)
     )
 
 
@@ -62,7 +63,7 @@ def test_full_disk_stops_train_before_it_starts(tmp_path, monkeypatch):
     config = get_config()
     config.corpus_dir = harness.corpus_dir()
     fake_free_space(monkeypatch, 2**20)
-    with pytest.raises(run_setup.WorkdirError) as info:
+    with pytest.raises(workdir_lib.WorkdirError) as info:
         train.train_and_evaluate(config, str(tmp_path / "run"))
     message = str(info.value)
     assert "\n" not in message
@@ -74,9 +75,9 @@ def test_full_disk_stops_train_before_it_starts(tmp_path, monkeypatch):
 def test_full_disk_before_a_save_names_the_step(tmp_path, monkeypatch):
     """The loop checks before every save, so the newest checkpoint stays intact."""
     fake_free_space(monkeypatch, 10 * 2**20)
-    with pytest.raises(run_setup.WorkdirError, match="before saving step 12.*resumes from"):
-        run_setup.check_free_space(str(tmp_path), 100 * 2**20, "saving step 12")
-    run_setup.check_free_space(str(tmp_path), 5 * 2**20, "saving step 12")
+    with pytest.raises(workdir_lib.WorkdirError, match="before saving step 12.*resumes from"):
+        workdir_lib.check_free_space(str(tmp_path), 100 * 2**20, "saving step 12")
+    workdir_lib.check_free_space(str(tmp_path), 5 * 2**20, "saving step 12")
 
 
 def test_second_run_on_a_busy_workdir_is_refused(tmp_path):

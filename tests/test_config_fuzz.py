@@ -15,9 +15,9 @@ import pytest
 
 from tests.test_data_common import scratch, small_corpus
 from xlnet_jax.config import default_config
-from xlnet_jax.run_setup import load_corpus_manifest
 from xlnet_jax.validate import ConfigError, validate_config
 from xlnet_jax.validate_fields import KINDS
+from xlnet_jax.workdir import load_corpus_manifest
 
 DEVICES = 8
 NAN, INF = float("nan"), float("inf")

@@ -7,8 +7,8 @@ import pytest
 
 from tests.helpers import small_config
 from tests.test_data_common import small_corpus
-from xlnet_jax.run_setup import load_corpus_manifest
 from xlnet_jax.validate import ConfigError, validate_config
+from xlnet_jax.workdir import load_corpus_manifest
 
 # (overrides, devices, the field the message must name, a word of the constraint)
 BAD_CONFIGS = [

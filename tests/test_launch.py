@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import commands, local, pod
+from xlnet_jax.launch import commands, local, pod
 
 REPO = Path(__file__).resolve().parents[1]
 TPU = ["--name", "xlnet-v3", "--zone", "europe-west4-a", "--project", "my-project"]
@@ -146,7 +146,7 @@ def test_status_logs_stop_delete_dry_run(capsys):
 
 def test_module_entry_point():
     result = subprocess.run(
-        [sys.executable, "-m", "launch.pod", "delete", *TPU, "--dry-run"],
+        [sys.executable, "-m", "xlnet_jax.launch.pod", "delete", *TPU, "--dry-run"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -154,7 +154,7 @@ def test_module_entry_point():
     )
     assert result.stdout.startswith("gcloud compute tpus tpu-vm delete xlnet-v3 ")
     help_text = subprocess.run(
-        [sys.executable, "-m", "launch.pod", "train", "--help"],
+        [sys.executable, "-m", "xlnet_jax.launch.pod", "train", "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -14,7 +14,7 @@ from tests.helpers import assert_same_training
 
 def _launch(workdir) -> subprocess.CompletedProcess:
     command = [
-        sys.executable, "-m", "launch.pod", "train", "--backend", "local",
+        sys.executable, "-m", "xlnet_jax.launch.pod", "train", "--backend", "local",
         "--num-processes", "2", "--num-cpu-devices", "2", "--timeout", "500",
         "--config", harness.CONFIG, "--workdir", str(workdir),
         f"--config.corpus_dir={harness.corpus_dir()}",

@@ -27,7 +27,7 @@ from xlnet_jax.data.corpus import load_split
 from xlnet_jax.data.manifest import manifest_fingerprint
 from xlnet_jax.data.prepare import load_manifest
 
-SOURCES = [harness.REPO / "xlnet_jax", harness.REPO / "launch"]
+SOURCES = [harness.REPO / "xlnet_jax"]
 
 
 class Payload:

@@ -20,7 +20,7 @@ from xlnet_jax import sharding
 from xlnet_jax.checkpoint import load_trained_params, read_checkpoint
 from xlnet_jax.metrics_writer import read_metrics
 from xlnet_jax.program import build_program
-from xlnet_jax.run_setup import load_corpus_manifest
+from xlnet_jax.workdir import load_corpus_manifest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "tests" / "train_config.py")

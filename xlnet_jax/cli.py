@@ -335,7 +335,7 @@ def main(argv: list[str]) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name == "launch":
-        from launch import pod
+        from xlnet_jax.launch import pod
 
         return pod.main(rest)
     if name not in COMMANDS:

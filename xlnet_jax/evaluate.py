@@ -15,8 +15,8 @@ from xlnet_jax.checkpoint import Checkpointer, CheckpointError
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.program import Program, build_program
-from xlnet_jax.run_setup import load_corpus_manifest
 from xlnet_jax.validate import validate_config
+from xlnet_jax.workdir import load_corpus_manifest
 
 
 def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:

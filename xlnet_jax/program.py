@@ -16,7 +16,7 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from xlnet_jax import layout, optim, sharding, steps
+from xlnet_jax import optim, placement, sharding, steps
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.model import XLNetLM
@@ -70,7 +70,7 @@ class Program:
 
     def put_batch(self, local_batch: dict) -> dict:
         """This process's rows of a batch -> global arrays in the batch shardings."""
-        return layout.to_global(local_batch, self.batch_shardings)
+        return placement.to_global(local_batch, self.batch_shardings)
 
     def batcher(self, corpus_dir: str, split: str) -> StreamBatcher:
         """The stream batcher of this process's rows of `split`, for this mesh's data shards."""
@@ -99,8 +99,8 @@ def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:
     model = XLNetLM(ModelConfig.from_config(config))
     tx = optim.make_optimizer(config)
     schedule = optim.learning_rate_schedule(config)
-    init_state, abstract_state, state_shardings = layout.build_state(config, model, tx, mesh)
-    batch_shardings = layout.batch_shardings(mesh, config.logical_axis_rules)
+    init_state, abstract_state, state_shardings = placement.build_state(config, model, tx, mesh)
+    batch_shardings = placement.batch_shardings(mesh, config.logical_axis_rules)
     replicated = sharding.replicated(mesh)
     train_step = jax.jit(
         functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=config),
@@ -122,7 +122,7 @@ def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:
         abstract_state=abstract_state,
         state_shardings=state_shardings,
         batch_shardings=batch_shardings,
-        abstract_batch=layout.abstract_batch(config, batch_shardings),
+        abstract_batch=placement.abstract_batch(config, batch_shardings),
         train_step=train_step,
         eval_step=eval_step,
     )

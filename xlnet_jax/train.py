@@ -22,15 +22,15 @@ from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.program import build_program
-from xlnet_jax.progress import ProgressLine
-from xlnet_jax.run_setup import (
+from xlnet_jax.train_progress import ProgressLine
+from xlnet_jax.train_state import TrainState
+from xlnet_jax.validate import validate_config
+from xlnet_jax.workdir import (
     MIN_FREE_BYTES,
     check_free_space,
     load_corpus_manifest,
     prepare_workdir,
 )
-from xlnet_jax.train_state import TrainState
-from xlnet_jax.validate import validate_config
 
 log = logging.getLogger(__name__)
 

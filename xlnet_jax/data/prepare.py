@@ -40,7 +40,7 @@ from xlnet_jax.data.manifest import (
     save_manifest,
 )
 from xlnet_jax.data.normalize import normalization_options, normalize
-from xlnet_jax.data.progress import Progress
+from xlnet_jax.data.prepare_progress import Progress
 from xlnet_jax.errors import DataError
 
 __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"]

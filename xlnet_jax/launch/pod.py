@@ -1,9 +1,9 @@
 """`xlnet-jax launch`: create a TPU VM slice, install the project, train on it, stop, delete.
 
-Also `python -m launch.pod`. Each subcommand maps its flags to a list of argv lists
-(`launch.commands`, `launch.remote`) and runs them (`launch.runner`), or with --dry-run
-prints them, one shell-quoted line each. `train --backend local` runs the same train
-command as N processes on this machine (`launch.local`).
+Also `python -m xlnet_jax.launch.pod`. Each subcommand maps its flags to a list of argv
+lists (`commands`, `remote`) and runs them (`runner`), or with --dry-run prints them, one
+shell-quoted line each. `train --backend local` runs the same train command as N
+processes on this machine (`local`).
 """
 
 import argparse
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from launch import commands, local, names, remote, runner
+from xlnet_jax.launch import commands, local, names, remote, runner
 
 PROG = "xlnet-jax launch"
 

@@ -1,4 +1,8 @@
-"""Checks made before training starts: the corpus matches the config, the workdir is usable."""
+"""The run's workdir (an exclusive lock, free space for the next checkpoint) and its corpus.
+
+Checked before training starts, so an unusable workdir or a corpus that does not match the
+config stops the run in one line, before anything compiles.
+"""
 
 import fcntl
 import os

@@ -9,7 +9,7 @@ times on localhost; only the cluster flags differ.
 
 from collections.abc import Sequence
 
-from launch import remote
+from xlnet_jax.launch import remote
 
 GCLOUD_TPU = ["gcloud", "compute", "tpus", "tpu-vm"]
 GCLOUD_QUEUED = ["gcloud", "compute", "tpus", "queued-resources"]
@@ -73,7 +73,7 @@ def describe(name: str, zone: str, project: str | None, queued: bool) -> list[st
 
 
 def ssh(name: str, zone: str, project: str | None, worker: str, script: str) -> list[str]:
-    """Runs `script` (from `launch.remote`) on one worker or on all of them."""
+    """Runs `script` (from `remote`) on one worker or on all of them."""
     where = _where(zone, project)
     # The script is a separate argv item: it never starts with "-", and so reads better.
     return [*GCLOUD_TPU, "ssh", name, *where, f"--worker={worker}", "--command", script]
