@@ -274,7 +274,7 @@ def divergences(reference: pathlib.Path, faulty: pathlib.Path, num_steps: int) -
     import jax
     import numpy as np
 
-    from xlnet_jax.checkpoint import read_checkpoint
+    from xlnet_jax.checkpoint_reader import read_checkpoint
     from xlnet_jax.metrics_writer import read_metrics
 
     want, got = read_metrics(str(reference)), read_metrics(str(faulty))

@@ -20,7 +20,9 @@ import pytest
 
 from tests import fallback_child
 from tests import train_harness as harness
-from xlnet_jax.checkpoint import Checkpointer, CheckpointError, read_checkpoint
+from xlnet_jax.checkpoint import Checkpointer
+from xlnet_jax.checkpoint_reader import read_checkpoint
+from xlnet_jax.errors import CheckpointError
 
 
 @pytest.fixture(scope="module")

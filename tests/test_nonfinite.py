@@ -17,7 +17,9 @@ import pytest
 
 from tests import train_harness as harness
 from xlnet_jax import steps, train
-from xlnet_jax.checkpoint import Checkpointer, make_meta, read_checkpoint
+from xlnet_jax.checkpoint import Checkpointer
+from xlnet_jax.checkpoint_meta import make_meta
+from xlnet_jax.checkpoint_reader import read_checkpoint
 from xlnet_jax.metrics_writer import read_metrics
 from xlnet_jax.train_state import TrainState
 

@@ -21,11 +21,13 @@ import torch
 
 from tests import train_harness as harness
 from xlnet_jax import hf
-from xlnet_jax.checkpoint import Checkpointer, CheckpointError, read_checkpoint
+from xlnet_jax.checkpoint import Checkpointer
+from xlnet_jax.checkpoint_reader import read_checkpoint
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.corpus import load_split
 from xlnet_jax.data.manifest import manifest_fingerprint
 from xlnet_jax.data.prepare import load_manifest
+from xlnet_jax.errors import CheckpointError
 
 SOURCES = [harness.REPO / "xlnet_jax"]
 

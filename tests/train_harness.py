@@ -17,7 +17,7 @@ import numpy as np
 from tests import test_data_common
 from tests.train_config import get_config
 from xlnet_jax import sharding
-from xlnet_jax.checkpoint import load_trained_params, read_checkpoint
+from xlnet_jax.checkpoint_reader import load_trained_params, read_checkpoint
 from xlnet_jax.metrics_writer import read_metrics
 from xlnet_jax.program import build_program
 from xlnet_jax.workdir import load_corpus_manifest

@@ -1,75 +1,33 @@
-"""Orbax checkpoints that carry the recurrence memory, and safe restore.
+"""The Checkpointer: orbax saves that carry the recurrence memory, and safe restore.
 
 A checkpoint step holds three items: `state` (params, optimiser state, step, rng, skipped
 steps), `mems` (the recurrence memory, kept apart so a run with a new global batch can
 restore everything else) and `meta` (the config, the corpus fingerprint, the data
 position and a checksum of every saved array, as JSON: parsed as data, never executed).
+
+The meta and its compatibility rules are in checkpoint_meta.py, the checksums in
+checkpoint_checksums.py, single-device reads for export and tests in checkpoint_reader.py.
 """
 
-import functools
-import json
 import logging
 import pathlib
 import shutil
 import time
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from xlnet_jax import orbax_drain
+from xlnet_jax.checkpoint_checksums import tree_checksums, verify_checksums
+from xlnet_jax.checkpoint_meta import DamagedStep, check_compatible, looks_like_meta, one_line
 from xlnet_jax.errors import CheckpointError
 from xlnet_jax.train_state import TrainState
 
 log = logging.getLogger(__name__)
 orbax_drain.install()  # a fallback from a damaged step prints its warning and nothing else
-
-# Fields that fix the parameter shapes or the function the params compute.
-ARCHITECTURE_FIELDS = (
-    "vocab_size",
-    "d_model",
-    "n_layer",
-    "n_head",
-    "d_head",
-    "d_inner",
-    "ff_activation",
-    "untie_r",
-)
-
-
-def make_meta(config: ml_collections.ConfigDict, corpus_fingerprint: str, step: int) -> dict:
-    """The JSON side of a checkpoint: config, corpus and data position."""
-    return {
-        "format_version": 1,
-        "config": json.loads(config.to_json_best_effort()),
-        "corpus_fingerprint": corpus_fingerprint,
-        "data": {"step": step, "seed": config.seed, "global_batch": config.batch_size},
-        "saved_at": time.time(),
-    }
-
-
-def check_compatible(meta: dict, config: ml_collections.ConfigDict, fingerprint: str, path) -> None:
-    """Refuses a checkpoint made for another architecture or another corpus."""
-    saved = meta["config"]
-    changed = [
-        f"{name}: checkpoint {saved.get(name)!r} vs config {config[name]!r}"
-        for name in ARCHITECTURE_FIELDS
-        if saved.get(name) != config[name]
-    ]
-    if changed:
-        raise CheckpointError(
-            f"{path} was made with a different model config ({'; '.join(changed)}). "
-            "Use the checkpoint's values, or start a new run in an empty workdir."
-        )
-    if meta["corpus_fingerprint"] != fingerprint:
-        raise CheckpointError(
-            f"{path} was trained on a different corpus (fingerprint "
-            f"{meta['corpus_fingerprint'][:12]} vs {fingerprint[:12]}). Point config.corpus_dir "
-            "at the original corpus, or start a new run in an empty workdir."
-        )
 
 
 class Checkpointer:
@@ -145,7 +103,7 @@ class Checkpointer:
             state, reason = None, None
             try:
                 state = self._restore_step(step, abstract_state, config, corpus_fingerprint)
-            except _DamagedStep as e:
+            except DamagedStep as e:
                 reason = str(e)
             if not _on_every_process(reason is None):  # all processes fall back together
                 reason = reason or "unreadable on another process"
@@ -182,15 +140,15 @@ class Checkpointer:
         config: ml_collections.ConfigDict,
         corpus_fingerprint: str,
     ) -> TrainState:
-        """One step's state, verified against its checksums; _DamagedStep if unreadable."""
+        """One step's state, verified against its checksums; DamagedStep if unreadable."""
         path = self.directory / str(step)
         meta_only = ocp.args.Composite(meta=ocp.args.JsonRestore())
         try:
             meta = self.manager.restore(step, args=meta_only)["meta"]
         except Exception as e:  # noqa: BLE001 - any unreadable metadata means damaged
-            raise _DamagedStep(f"meta unreadable: {_one_line(e)}") from None
-        if not _looks_like_meta(meta):
-            raise _DamagedStep("meta is not an xlnet-jax checkpoint's")
+            raise DamagedStep(f"meta unreadable: {one_line(e)}") from None
+        if not looks_like_meta(meta):
+            raise DamagedStep("meta is not an xlnet-jax checkpoint's")
         check_compatible(meta, config, corpus_fingerprint, path)
         same_memory = all(
             meta["config"].get(name) == config[name]
@@ -203,7 +161,7 @@ class Checkpointer:
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(**args))
         except Exception as e:  # noqa: BLE001 - truncated or missing array files
-            raise _DamagedStep(f"arrays unreadable: {_one_line(e)}") from None
+            raise DamagedStep(f"arrays unreadable: {one_line(e)}") from None
         checksums = meta.get("checksums", {})
         verify_checksums(restored["state"], checksums.get("state"), "state")
         if not same_memory:
@@ -261,20 +219,7 @@ class Checkpointer:
             )
 
 
-class _DamagedStep(Exception):
-    """One checkpoint step cannot be read; the message says which part and why (one line)."""
-
-
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"
-
-
-def _looks_like_meta(meta) -> bool:
-    """Whether parsed JSON has the shape make_meta writes (valid JSON can still be garbage)."""
-    return (
-        isinstance(meta, dict)
-        and isinstance(meta.get("config"), dict)
-        and isinstance(meta.get("corpus_fingerprint"), str)
-    )
 
 
 def _on_every_process(ok: bool) -> bool:
@@ -287,13 +232,6 @@ def _on_every_process(ok: bool) -> bool:
 def _state_items(state: TrainState) -> dict:
     """The `state` item: every TrainState field but the memory (saved as its own item)."""
     return {k: v for k, v in vars(state).items() if k != "mems"}
-
-
-def _one_line(error: Exception, limit: int = 160) -> str:
-    """An exception as `Type: first line`, cut to `limit` characters (tensorstore is verbose)."""
-    lines = str(error).strip().splitlines() or [""]
-    text = f"{type(error).__name__}: {lines[0]}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _warn_memory_restarts(step: int, saved: dict, config: ml_collections.ConfigDict) -> None:
@@ -309,133 +247,3 @@ def _warn_memory_restarts(step: int, saved: dict, config: ml_collections.ConfigD
         saved.get("n_layer"),
         config.n_layer,
     )
-
-
-def _as_uint32_words(x: jax.Array) -> jax.Array:
-    """x's bit pattern as uint32 words: one per element (two for 8-byte dtypes)."""
-    if x.dtype == jnp.bool_:
-        return x.astype(jnp.uint32)
-    if x.dtype.itemsize >= 4:
-        return jax.lax.bitcast_convert_type(x, jnp.uint32)
-    narrow = jnp.dtype(f"uint{8 * x.dtype.itemsize}")
-    return jax.lax.bitcast_convert_type(x, narrow).astype(jnp.uint32)
-
-
-def _leaf_checksum(x: jax.Array) -> jax.Array:
-    """sum(word_i * (2i + 1)) mod 2**32 over x's bit pattern.
-
-    Integer sums are exact in any order, so the value does not depend on the sharding; the
-    odd weights make any change to a single word change the sum (and most swaps of two).
-    """
-    words = _as_uint32_words(jnp.asarray(x))
-    index = jnp.zeros(words.shape, jnp.uint32)
-    stride = 1
-    for dim in reversed(range(words.ndim)):
-        iota = jax.lax.broadcasted_iota(jnp.uint32, words.shape, dim)
-        index = index + iota * jnp.uint32(stride % 2**32)
-        stride *= words.shape[dim]
-    return jnp.sum(words * (2 * index + 1), dtype=jnp.uint32)
-
-
-_tree_checksums = jax.jit(functools.partial(jax.tree.map, _leaf_checksum))
-
-
-def _path_name(path) -> str:
-    """A tree path as `a/0/b`, the same for a NamedTuple field and the dict orbax reads back."""
-    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
-
-
-def tree_checksums(tree) -> dict[str, int]:
-    """Checksums of every array leaf, by path; computed on device, one small fetch."""
-    sums = jax.tree_util.tree_flatten_with_path(_tree_checksums(tree))[0]
-    return {_path_name(path): int(np.asarray(s.addressable_data(0))) for path, s in sums}
-
-
-def verify_checksums(tree, expected: dict[str, int] | None, item: str) -> None:
-    """Raises _DamagedStep naming the first array whose bits differ from those saved.
-
-    Checkpoints written before checksums existed (expected is None) are not verified.
-    """
-    if expected is None:
-        return
-    actual = tree_checksums(tree)
-    if actual.keys() != expected.keys():
-        raise _DamagedStep(f"{item} holds other arrays than its checksums list")
-    for name, value in actual.items():
-        if expected[name] != value:
-            array = f"{item} array {name}" if name else f"{item} array"
-            raise _DamagedStep(f"checksum mismatch in {array} (corrupted file)")
-
-
-def read_checkpoint(workdir: str, step: int | None = None) -> dict:
-    """A checkpoint's items on this process's first device, whatever mesh saved them.
-
-    Returns {"step", "state", "mems", "meta"}, checked against the saved checksums; for
-    export, inspection and tests. Any unreadable or damaged file is a CheckpointError.
-    """
-    directory = pathlib.Path(workdir).absolute() / "checkpoints"
-    if not directory.is_dir():
-        raise CheckpointError(f"{workdir} holds no checkpoints/ directory; is it a train workdir?")
-    manager = ocp.CheckpointManager(
-        directory,
-        options=ocp.CheckpointManagerOptions(read_only=True),
-        item_handlers={
-            "state": ocp.StandardCheckpointHandler(),
-            "mems": ocp.StandardCheckpointHandler(),
-            "meta": ocp.JsonCheckpointHandler(),
-        },
-    )
-    try:
-        step = manager.latest_step() if step is None else step
-        if step is None:
-            raise CheckpointError(f"{directory} holds no finished checkpoint yet.")
-        try:
-            restored = _restore_on_one_device(manager, step)
-        except Exception as e:  # noqa: BLE001 - unreadable, missing or malformed files
-            raise CheckpointError(
-                f"{directory / str(step)} cannot be read ({_one_line(e)}); pick another step "
-                "or restore it from a backup."
-            ) from None
-    finally:
-        manager.close()
-    meta = restored["meta"]
-    try:
-        if not isinstance(meta, dict):
-            raise _DamagedStep("meta is not an xlnet-jax checkpoint's")
-        checksums = meta.get("checksums", {})
-        verify_checksums(restored["state"], checksums.get("state"), "state")
-        verify_checksums(restored["mems"]["mems"], checksums.get("mems"), "mems")
-    except _DamagedStep as e:
-        raise CheckpointError(f"{directory / str(step)} is damaged: {e}.") from None
-    return {
-        "step": step,
-        "state": restored["state"],
-        "mems": restored["mems"]["mems"],
-        "meta": meta,
-    }
-
-
-def _restore_on_one_device(manager: ocp.CheckpointManager, step: int) -> dict:
-    """Every item of `step`, its arrays placed on this process's first device."""
-    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    metadata = manager.item_metadata(step)
-    args = {
-        item: ocp.args.StandardRestore(
-            jax.tree.map(
-                lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here), metadata[item]
-            )
-        )
-        for item in ("state", "mems")
-    }
-    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **args))
-
-
-def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict]:
-    """The config and params of a workdir's newest checkpoint (for export and eval)."""
-    checkpoint = read_checkpoint(workdir)
-    config = ml_collections.ConfigDict(checkpoint["meta"]["config"])
-    config.logical_axis_rules = tuple(
-        (name, tuple(axes) if isinstance(axes, list) else axes)
-        for name, axes in config.logical_axis_rules
-    )
-    return config, checkpoint["state"]["params"]

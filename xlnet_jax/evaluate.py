@@ -11,8 +11,9 @@ import ml_collections
 import numpy as np
 
 from xlnet_jax import sharding
-from xlnet_jax.checkpoint import Checkpointer, CheckpointError
+from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.data.corpus import unigram_entropy
+from xlnet_jax.errors import CheckpointError
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.program import Program, build_program
 from xlnet_jax.validate import validate_config

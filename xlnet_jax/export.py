@@ -4,7 +4,7 @@ import pathlib
 import shutil
 
 from xlnet_jax import hf
-from xlnet_jax.checkpoint import load_trained_params
+from xlnet_jax.checkpoint_reader import load_trained_params
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.manifest import load_manifest
 

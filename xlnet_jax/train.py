@@ -17,7 +17,8 @@ import ml_collections
 from jax.experimental import multihost_utils
 
 from xlnet_jax import flops, sharding, steps
-from xlnet_jax.checkpoint import Checkpointer, make_meta
+from xlnet_jax.checkpoint import Checkpointer
+from xlnet_jax.checkpoint_meta import make_meta
 from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.metrics_writer import MetricsWriter

@@ -1,0 +1,88 @@
+"""Checkpoints read on one device, whatever mesh saved them: for export, eval and tests."""
+
+import pathlib
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+
+from xlnet_jax import orbax_drain
+from xlnet_jax.checkpoint_checksums import verify_checksums
+from xlnet_jax.checkpoint_meta import DamagedStep, one_line
+from xlnet_jax.errors import CheckpointError
+
+orbax_drain.install()  # a damaged file gives one error line, no event-loop tracebacks
+
+
+def read_checkpoint(workdir: str, step: int | None = None) -> dict:
+    """A checkpoint's items on this process's first device, whatever mesh saved them.
+
+    Returns {"step", "state", "mems", "meta"}, checked against the saved checksums; for
+    export, inspection and tests. Any unreadable or damaged file is a CheckpointError.
+    """
+    directory = pathlib.Path(workdir).absolute() / "checkpoints"
+    if not directory.is_dir():
+        raise CheckpointError(f"{workdir} holds no checkpoints/ directory; is it a train workdir?")
+    manager = ocp.CheckpointManager(
+        directory,
+        options=ocp.CheckpointManagerOptions(read_only=True),
+        item_handlers={
+            "state": ocp.StandardCheckpointHandler(),
+            "mems": ocp.StandardCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+        },
+    )
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"{directory} holds no finished checkpoint yet.")
+        try:
+            restored = _restore_on_one_device(manager, step)
+        except Exception as e:  # noqa: BLE001 - unreadable, missing or malformed files
+            raise CheckpointError(
+                f"{directory / str(step)} cannot be read ({one_line(e)}); pick another step "
+                "or restore it from a backup."
+            ) from None
+    finally:
+        manager.close()
+    meta = restored["meta"]
+    try:
+        if not isinstance(meta, dict):
+            raise DamagedStep("meta is not an xlnet-jax checkpoint's")
+        checksums = meta.get("checksums", {})
+        verify_checksums(restored["state"], checksums.get("state"), "state")
+        verify_checksums(restored["mems"]["mems"], checksums.get("mems"), "mems")
+    except DamagedStep as e:
+        raise CheckpointError(f"{directory / str(step)} is damaged: {e}.") from None
+    return {
+        "step": step,
+        "state": restored["state"],
+        "mems": restored["mems"]["mems"],
+        "meta": meta,
+    }
+
+
+def _restore_on_one_device(manager: ocp.CheckpointManager, step: int) -> dict:
+    """Every item of `step`, its arrays placed on this process's first device."""
+    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    metadata = manager.item_metadata(step)
+    args = {
+        item: ocp.args.StandardRestore(
+            jax.tree.map(
+                lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here), metadata[item]
+            )
+        )
+        for item in ("state", "mems")
+    }
+    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **args))
+
+
+def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict]:
+    """The config and params of a workdir's newest checkpoint (for export and eval)."""
+    checkpoint = read_checkpoint(workdir)
+    config = ml_collections.ConfigDict(checkpoint["meta"]["config"])
+    config.logical_axis_rules = tuple(
+        (name, tuple(axes) if isinstance(axes, list) else axes)
+        for name, axes in config.logical_axis_rules
+    )
+    return config, checkpoint["state"]["params"]
