@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from xlnet_jax import sharding
+from xlnet_jax import batch_schema, sharding
 from xlnet_jax.model import XLNetLM
 from xlnet_jax.train_state import TrainState
 
@@ -62,30 +62,22 @@ def build_state(config: ml_collections.ConfigDict, model: XLNetLM, tx, mesh):
 
 
 def batch_shardings(mesh, rules) -> dict:
-    """Shardings of the host batch: rows over the data shards."""
-    rows_by_length = sharding.logical_sharding(mesh, rules, "batch", "length")
+    """Shardings of the global batch, from each field's logical axes (rows over data shards)."""
     return {
-        "input_ids": rows_by_length,
-        "seg_ids": rows_by_length,
-        "is_word_start": rows_by_length,
-        "is_functional": rows_by_length,
-        "is_backward": sharding.logical_sharding(mesh, rules, "batch"),
+        name: sharding.logical_sharding(mesh, rules, *field.axes)
+        for name, field in batch_schema.FIELDS.items()
     }
 
 
 def abstract_batch(config: ml_collections.ConfigDict, shardings: dict) -> dict:
     """Shapes, dtypes and shardings of the global batch, for AOT compilation."""
-    rows_by_length = (config.batch_size, config.seq_len)
-    shapes = {
-        "input_ids": (rows_by_length, jnp.int32),
-        "seg_ids": (rows_by_length, jnp.int32),
-        "is_word_start": (rows_by_length, jnp.bool_),
-        "is_functional": (rows_by_length, jnp.bool_),
-        "is_backward": ((config.batch_size,), jnp.bool_),
-    }
     return {
-        name: jax.ShapeDtypeStruct(shape, dtype, sharding=shardings[name])
-        for name, (shape, dtype) in shapes.items()
+        name: jax.ShapeDtypeStruct(
+            batch_schema.shape(field, config.batch_size, config.seq_len),
+            field.dtype,
+            sharding=shardings[name],
+        )
+        for name, field in batch_schema.FIELDS.items()
     }
 
 

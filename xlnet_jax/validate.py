@@ -21,7 +21,11 @@ def _check(ok: bool, field: str, constraint: str, value) -> None:
 
 
 def validate_training_fields(c: ml_collections.ConfigDict) -> None:
-    """Optimiser, loop and data fields: ranges that do not depend on devices."""
+    """Optimiser, loop and data fields: ranges that do not depend on devices.
+
+    The model's fields (dropout, dropatt, mem_len, widths ...) are checked once, by
+    model.validate_model_config, which validate_config runs first.
+    """
     _check(
         math.isfinite(c.learning_rate) and c.learning_rate > 0,
         "learning_rate",
@@ -48,9 +52,6 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
     _check(0 <= c.adam_b2 < 1, "adam_b2", "must be in [0, 1)", c.adam_b2)
     _check(c.adam_eps > 0, "adam_eps", "must be > 0", c.adam_eps)
     _check(c.clip_norm >= 0, "clip_norm", "must be >= 0 (0 disables clipping)", c.clip_norm)
-    _check(0 <= c.dropout < 1, "dropout", "must be in [0, 1)", c.dropout)
-    _check(0 <= c.dropatt < 1, "dropatt", "must be in [0, 1)", c.dropatt)
-    _check(c.mem_len >= 0, "mem_len", "must be >= 0 (0 disables memory)", c.mem_len)
     _check(c.batch_size > 0, "batch_size", "must be > 0", c.batch_size)
     _check(c.grad_accum_steps >= 1, "grad_accum_steps", "must be >= 1", c.grad_accum_steps)
     _check(

@@ -37,6 +37,7 @@ import zlib
 
 import numpy as np
 
+from xlnet_jax import batch_schema
 from xlnet_jax.data import tokenizer
 from xlnet_jax.data.corpus import load_split
 from xlnet_jax.data.manifest import load_manifest, manifest_fingerprint
@@ -168,13 +169,13 @@ class StreamBatcher:
         ids[:, -1] = tokenizer.CLS_ID
         seg = (j > cut).astype(np.int32)
         seg[:, -1] = 2
-        return {
-            "input_ids": ids,
-            "seg_ids": seg,
-            "is_word_start": self._word_start[ids],
-            "is_functional": self._functional[ids],
-            "is_backward": self._backward.copy(),
-        }
+        return batch_schema.pack(
+            input_ids=ids,
+            seg_ids=seg,
+            is_word_start=self._word_start[ids],
+            is_functional=self._functional[ids],
+            is_backward=self._backward.copy(),
+        )
 
 
 def _check_shape(
@@ -200,15 +201,12 @@ def _check_shape(
         problems.append(f"batch_size ({global_batch}) must divide by the {process_count} processes")
     if not 0 <= process_index < process_count:
         problems.append(f"process_index {process_index} is not in [0, {process_count})")
-    if bi_data and (global_batch % num_data_shards or global_batch // num_data_shards % 2):
-        problems.append(
-            f"with bi_data, batch_size ({global_batch}) must split into {num_data_shards} "
-            "data shards of an even number of rows"
-        )
     if not 0 <= next_sentence_prob <= 1:
         problems.append(f"next_sentence_prob must be in [0, 1], got {next_sentence_prob}")
     if problems:
         raise DataError("Bad stream layout: " + "; ".join(problems) + ".")
+    # validate.validate_batch_layout names the config field; the streams rely on it.
+    assert not bi_data or global_batch % (2 * num_data_shards) == 0, "bi_data: odd rows per shard"
 
 
 def _row_streams(rows, global_batch, bi_data, num_data_shards) -> tuple[np.ndarray, np.ndarray]:
