@@ -14,7 +14,6 @@ setuptools.setup(
         "flax==0.12.8",
         "optax==0.2.8",
         "orbax-checkpoint==0.12.8",
-        "grain==0.2.18",
         "tensorflow-datasets==4.9.10",
         "array_record==0.8.6",
         "sentencepiece==0.2.3",

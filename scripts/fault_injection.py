@@ -113,7 +113,7 @@ class Runner:
     def start(self, workdir: pathlib.Path, step_delay: float) -> subprocess.Popen:
         """Starts training in `workdir`; output is appended to WORKDIR.log."""
         command = [
-            sys.executable, "-m", "xlnet_jax.cli", "train",
+            sys.executable, str(REPO / "scripts" / "slow_steps.py"), str(step_delay), "train",
             "--config", self.args.config, "--workdir", str(workdir),
             f"--config.corpus_dir={self.args.corpus_dir}",
             f"--config.checkpoint_every={self.args.checkpoint_every}",
@@ -121,7 +121,7 @@ class Runner:
         ]  # fmt: skip
         if self.args.num_cpu_devices:
             command.append(f"--num_cpu_devices={self.args.num_cpu_devices}")
-        env = dict(os.environ, XLNET_JAX_STEP_DELAY_S=str(step_delay))
+        env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         with open(f"{workdir}.log", "ab") as log:
             self.process = subprocess.Popen(

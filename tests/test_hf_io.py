@@ -13,6 +13,7 @@ import torch
 import transformers
 
 from tests.helpers import HF_PARITY_ROUNDINGS, assert_f32_close
+from tests.hf_reference import hf_forward
 from xlnet_jax import hf
 from xlnet_jax.config import ModelConfig
 
@@ -72,7 +73,7 @@ def test_import_export_import_is_identical_and_hf_reloads_it(hf_dir, tmp_path):
         )
     inputs = _hf_inputs()
     np.testing.assert_array_equal(_hf_logits(reloaded, inputs), _hf_logits(model, inputs))
-    ours, _ = hf.hf_forward(config, params, **inputs)
+    ours, _ = hf_forward(config, params, **inputs)
     assert_f32_close(ours, _hf_logits(model, inputs), roundings=HF_PARITY_ROUNDINGS)
 
 
@@ -191,4 +192,4 @@ def test_hf_forward_rejects_bad_shapes(hf_dir, argument, value):
     config, params = hf.load_hf(hf_dir[0])
     inputs = {**_hf_inputs(), argument: value}
     with pytest.raises(ValueError, match=argument):
-        hf.hf_forward(config, params, **inputs)
+        hf_forward(config, params, **inputs)

@@ -16,8 +16,9 @@ import transformers
 from jax.sharding import PartitionSpec as P
 
 from tests.helpers import HF_PARITY_ROUNDINGS, assert_trees_f32_close, f32_roundings
+from tests.hf_reference import hf_forward
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.hf import config_from_hf, hf_forward, param_shapes, params_from_hf
+from xlnet_jax.hf import config_from_hf, param_shapes, params_from_hf
 from xlnet_jax.model import XLNetLM
 
 SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64)

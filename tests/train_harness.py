@@ -24,6 +24,7 @@ from xlnet_jax.workdir import load_corpus_manifest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "tests" / "train_config.py")
+SLOW_STEPS = REPO / "scripts" / "slow_steps.py"
 # One compilation cache for the whole session: later runs of the same step skip compiling.
 CACHE = tempfile.mkdtemp(prefix="xlnet-test-xla-cache-")
 
@@ -55,12 +56,19 @@ def train_command(workdir, *overrides, devices: int = 1) -> list[str]:
 
 
 def start(workdir, *overrides, step_delay: float = 0.0, devices: int = 1) -> subprocess.Popen:
-    """Starts a training run; its output goes to WORKDIR.log."""
+    """Starts a training run; its output goes to WORKDIR.log.
+
+    With step_delay, each step sleeps that long (scripts/slow_steps.py), so that kills and
+    signals land at the steps a test aims for.
+    """
     pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
     log = open(f"{workdir}.log", "ab")  # noqa: SIM115 - closed with the process
+    command = train_command(workdir, *overrides, devices=devices)
+    if step_delay:
+        command = [sys.executable, str(SLOW_STEPS), str(step_delay), *command[3:]]
     return subprocess.Popen(
-        train_command(workdir, *overrides, devices=devices),
-        env=environment(XLNET_JAX_STEP_DELAY_S=step_delay),
+        command,
+        env=environment(),
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=REPO,

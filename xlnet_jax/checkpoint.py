@@ -44,7 +44,7 @@ class Checkpointer:
             self.directory, options=options, item_names=("state", "mems", "meta")
         )
 
-    def save(self, state: TrainState, meta: dict) -> bool:
+    def save(self, state: TrainState, meta: dict) -> None:
         """Starts an async save of `state` at its step (the loop decides when).
 
         The meta gains a checksum of every saved array, so a restore can tell bit rot from
@@ -56,7 +56,7 @@ class Checkpointer:
             **meta,
             "checksums": {"state": tree_checksums(items), "mems": tree_checksums(state.mems)},
         }
-        return self.manager.save(
+        self.manager.save(
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(items),

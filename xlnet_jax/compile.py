@@ -37,7 +37,7 @@ CHIPS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CompileReport:
     """What one AOT compile tells about a config on a topology (per device unless named)."""
 
@@ -107,18 +107,18 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
             else 0
         )
         report = CompileReport(
-            topology,
-            len(devices),
-            0,
-            0,
-            0,
-            int(used),
-            hbm,
-            0.0,
-            model_flops,
-            model_flops / peak,
-            False,
-            str(e).splitlines()[0],
+            topology=topology,
+            num_devices=len(devices),
+            argument_bytes=0,
+            output_bytes=0,
+            temp_bytes=0,
+            peak_bytes=int(used),
+            hbm_bytes=hbm,
+            xla_flops=0.0,
+            model_flops=model_flops,
+            step_time_at_peak=model_flops / peak,
+            fits=False,
+            error=str(e).splitlines()[0],
         )
         return report, None
     memory = compiled.memory_analysis()

@@ -6,8 +6,8 @@ functions of (seed, step). SIGTERM saves at the next step boundary and exits cle
 """
 
 import concurrent.futures
+import contextlib
 import logging
-import os
 import pathlib
 import signal
 import time
@@ -186,46 +186,43 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
     primary = jax.process_index() == 0
     program = build_program(config, mesh)
     checkpoint_bytes = _state_bytes(program.abstract_state)
-    lock = prepare_workdir(workdir, checkpoint_bytes)
-
-    checkpointer = Checkpointer(workdir, config)
-    try:
+    # Each resource is released on any exit, errors included, before the error reaches the
+    # user: orbax's threads then add no shutdown noise after the one-line message.
+    with contextlib.ExitStack() as cleanup:
+        lock = prepare_workdir(workdir, checkpoint_bytes)
+        cleanup.callback(lock.release)
+        checkpointer = Checkpointer(workdir, config)
+        cleanup.callback(checkpointer.close)
         state = checkpointer.restore(program.abstract_state, config, fingerprint)
-    except BaseException:
-        # Close orbax's background machinery before the error reaches the user, so the
-        # one-line message is not followed by its threads' shutdown noise.
-        checkpointer.close()
-        lock.release()
-        raise
-    if state is None:
-        _announce_new_run(workdir)
-        state = program.init_state()
-    elif state.mems is None:
-        state = state.replace(mems=program.zero_mems())
-    start_step = int(jax.device_get(state.step))
-    if start_step:
-        log.info("Resumed from step %d in %s", start_step, workdir)
+        if state is None:
+            _announce_new_run(workdir)
+            state = program.init_state()
+        elif state.mems is None:
+            state = state.replace(mems=program.zero_mems())
+        start_step = int(jax.device_get(state.step))
+        if start_step:
+            log.info("Resumed from step %d in %s", start_step, workdir)
 
-    train_batcher = program.batcher(manifest.path, "train")
-    compile_start = time.time()
-    step_fn = program.compile_train_step()
-    log.info("Compiled the train step in %.1f s", time.time() - compile_start)
+        train_batcher = program.batcher(manifest.path, "train")
+        compile_start = time.time()
+        step_fn = program.compile_train_step()
+        log.info("Compiled the train step in %.1f s", time.time() - compile_start)
 
-    evaluate = make_evaluator(program, manifest.path) if config.eval_every else None
+        evaluate = make_evaluator(program, manifest.path) if config.eval_every else None
 
-    writer = MetricsWriter(workdir, enabled=primary)
-    progress = ProgressLine(config.num_train_steps, enabled=primary)
-    flops_per_step = flops.train_flops_per_step(config)
-    tokens_per_step = config.batch_size * config.seq_len
-    preemption = _Preemption()
-    # Fault-injection tests slow each step so that external kills land at chosen steps.
-    step_delay = float(os.environ.get("XLNET_JAX_STEP_DELAY_S", "0"))
-    prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    next_batch = prefetch.submit(train_batcher.batch, start_step)
-    pending, interval_start = [], time.time()
-    monitor = _NonFiniteMonitor(config.nonfinite_policy, start_step)
-    last_saved = start_step or None
-    try:
+        writer = MetricsWriter(workdir, enabled=primary)
+        cleanup.callback(writer.close)
+        progress = ProgressLine(config.num_train_steps, enabled=primary)
+        flops_per_step = flops.train_flops_per_step(config)
+        tokens_per_step = config.batch_size * config.seq_len
+        preemption = _Preemption()
+        cleanup.callback(preemption.restore)
+        prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        cleanup.callback(prefetch.shutdown, wait=False, cancel_futures=True)
+        next_batch = prefetch.submit(train_batcher.batch, start_step)
+        pending, interval_start = [], time.time()
+        monitor = _NonFiniteMonitor(config.nonfinite_policy, start_step)
+        last_saved = start_step or None
         for step in range(start_step, config.num_train_steps):
             batch = program.put_batch(next_batch.result())
             if step + 1 < config.num_train_steps:
@@ -273,11 +270,4 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                 checkpointer.wait()
                 progress.note(f"SIGTERM: saved step {done} and stopped; rerun to continue.")
                 return state
-            time.sleep(step_delay)
-    finally:
-        preemption.restore()
-        prefetch.shutdown(wait=False, cancel_futures=True)
-        checkpointer.close()
-        writer.close()
-        lock.release()
     return state

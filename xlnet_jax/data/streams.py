@@ -40,7 +40,7 @@ import numpy as np
 from xlnet_jax import batch_schema
 from xlnet_jax.data import tokenizer
 from xlnet_jax.data.corpus import load_split
-from xlnet_jax.data.manifest import load_manifest, manifest_fingerprint
+from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.errors import DataError
 
 
@@ -48,10 +48,9 @@ class StreamBatcher:
     """This process's rows of the batch of any step, for one split of a prepared corpus.
 
     Attributes:
-      manifest: the corpus manifest; fingerprint: its manifest_fingerprint.
+      manifest: the corpus manifest.
       num_tokens: N, tokens in the split's stream.
       local_batch: rows this process produces (global_batch / process_count).
-      steps_per_epoch: steps after which the streams have read the split once.
     """
 
     def __init__(
@@ -95,7 +94,6 @@ class StreamBatcher:
             process_count,
         )
         self.manifest = load_manifest(corpus_dir)
-        self.fingerprint = manifest_fingerprint(self.manifest)
         flat = load_split(self.manifest, split)
         self._tokens = flat.tokens
         word_start, functional = tokenizer.piece_tables(
@@ -117,7 +115,6 @@ class StreamBatcher:
         self._global_batch, self._next_prob = global_batch, next_sentence_prob
         self._salt = [seed, zlib.crc32(split.encode())]
         self.local_batch = global_batch // process_count
-        self.steps_per_epoch = n / (num_streams * reuse_len)
 
         rows = np.arange(process_index * self.local_batch, (process_index + 1) * self.local_batch)
         stream, self._backward = _row_streams(rows, global_batch, bi_data, num_data_shards)

@@ -1,0 +1,36 @@
+"""`xlnet-jax` with every train step slowed by SECONDS, for kill and preemption tests.
+
+    python scripts/slow_steps.py SECONDS train --config ... --workdir ...
+
+Signals and kills sent from outside (tests/, scripts/fault_injection.py) then land at the
+steps they aim for. The delay wraps the compiled train step from outside the package, so
+the production loop carries no test hook.
+"""
+
+import sys
+import time
+
+from xlnet_jax import cli, program
+
+
+def _slowed(compile_train_step, seconds: float):
+    """Program.compile_train_step whose step sleeps `seconds` after each call."""
+
+    def compile_slow_step(self):
+        step = compile_train_step(self)
+
+        def slow_step(state, batch):
+            outputs = step(state, batch)
+            time.sleep(seconds)
+            return outputs
+
+        return slow_step
+
+    return compile_slow_step
+
+
+if __name__ == "__main__":
+    seconds = float(sys.argv[1])
+    program.Program.compile_train_step = _slowed(program.Program.compile_train_step, seconds)
+    sys.argv = [sys.argv[0], *sys.argv[2:]]  # config_flags reads the overrides from sys.argv
+    cli.run()
