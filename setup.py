@@ -32,6 +32,8 @@ setuptools.setup(
             "transformers==5.23.0",
         ],
         "tpu": ["libtpu==0.0.52"],
+        # NVIDIA GPUs: the CUDA 12 plugin and CUDA libraries built for the pinned jax.
+        "gpu": ["jax[cuda12]==0.10.2"],
     },
     entry_points={"console_scripts": ["xlnet-jax=xlnet_jax.cli:run"]},
 )

@@ -46,6 +46,8 @@ SHAPES = {
                            scan_unroll=1)),
     "base": ("base", dict(seq_len=512, mem_len=384, reuse_len=256, num_predict=85,
                           batch_size=2, bi_data=False, dtype="float32", remat=False)),
+    "large": ("large", dict(seq_len=512, mem_len=384, reuse_len=256, num_predict=85,
+                            batch_size=2, bi_data=False, dtype="float32", remat=False)),
 }  # fmt: skip
 
 

@@ -53,21 +53,41 @@ def hf_model(config, params: dict) -> transformers.XLNetLMHeadModel:
 
 
 class HFTrainer:
-    """transformers.XLNetLMHeadModel with AdamW, fed the masks our step samples."""
+    """transformers.XLNetLMHeadModel with AdamW, fed the masks our step samples.
 
-    def __init__(self, config, params, batch: dict, rng_data: np.ndarray, num_masks: int):
-        self.model = hf_model(config, params)
+    On CPU it runs float32 eager (this script). On an accelerator (accelerator_throughput.py)
+    it can run under autocast (`amp_dtype`), with fused AdamW, and through torch.compile.
+    """
+
+    def __init__(
+        self,
+        config,
+        params,
+        batch: dict,
+        rng_data: np.ndarray,
+        num_masks: int,
+        device: str = "cpu",
+        amp_dtype: torch.dtype | None = None,
+        compiled: bool = False,
+    ):
+        self.device, self.amp_dtype = torch.device(device), amp_dtype
+        self.model = hf_model(config, params).to(self.device)
+        self.forward = torch.compile(self.model) if compiled else self.model
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=config.learning_rate,
             betas=(config.adam_b1, config.adam_b2),
             eps=config.adam_eps,
             weight_decay=config.weight_decay,
+            fused=self.device.type == "cuda" or None,
         )
         self.clip = config.clip_norm
-        self.ids = torch.from_numpy(batch["input_ids"]).long()
-        self.seg = torch.from_numpy(batch["seg_ids"]).long()
-        self.masks = [self._masks(config, batch, rng_data, step) for step in range(num_masks)]
+        self.ids = torch.from_numpy(batch["input_ids"]).long().to(self.device)
+        self.seg = torch.from_numpy(batch["seg_ids"]).long().to(self.device)
+        self.masks = [
+            tuple(t.to(self.device) for t in self._masks(config, batch, rng_data, step))
+            for step in range(num_masks)
+        ]
         self.mems, self.calls = None, 0
 
     @staticmethod
@@ -90,15 +110,18 @@ class HFTrainer:
         """One training step; returns the loss."""
         perm, mapping, labels = self.masks[self.calls % len(self.masks)]
         self.calls += 1
-        out = self.model(
-            input_ids=self.ids,
-            token_type_ids=self.seg,
-            perm_mask=perm,
-            target_mapping=mapping,
-            mems=self.mems,
-            use_mems=True,
-            labels=labels,
-        )
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        ):
+            out = self.forward(
+                input_ids=self.ids,
+                token_type_ids=self.seg,
+                perm_mask=perm,
+                target_mapping=mapping,
+                mems=self.mems,
+                use_mems=True,
+                labels=labels,
+            )
         out.loss.backward()
         if self.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)

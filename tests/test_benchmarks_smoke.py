@@ -15,6 +15,10 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 TOY = ("--iters", "1")
 RUNS = {
     "train_throughput.py": ("--shapes", "toy", "--peak_n", "256", *TOY),
+    "accelerator_throughput.py": (
+        *"--shapes toy --batch 4 --hf eager --dtype float32 --peak_n 256 --breakdown".split(),
+        *TOY,
+    ),
     "flops_check.py": ("--shapes", "toy"),
     "scaling.py": ("--only", "devices", "--device_shape", "toy", "--device_counts", "1", *TOY),
     "memory.py": ("--shapes", "toy", "--no_search"),
