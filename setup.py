@@ -26,6 +26,7 @@ setuptools.setup(
     extras_require={
         "test": [
             "pytest==9.2.0",
+            "pytest-xdist==3.8.0",
             "hypothesis==6.170.15",
             "ruff==0.17.6",
             "torch==2.13.0",

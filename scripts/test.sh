@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh "test,tpu"
 .venv/bin/ruff check xlnet_jax configs tests benchmarks
-.venv/bin/python -m pytest tests "$@"
+# One pytest worker per core; a file runs whole in one worker, so module fixtures are built once.
+.venv/bin/python -m pytest tests -n auto --dist loadfile "$@"
