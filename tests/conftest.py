@@ -4,6 +4,9 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# gcsfs picks its filesystem class at import: without the gRPC bucket-type probe, which the
+# local GCS emulator (tests/gcs_emulator.py) lacks.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import jax  # noqa: E402
 

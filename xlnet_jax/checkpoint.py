@@ -10,8 +10,6 @@ checkpoint_checksums.py, single-device reads for export and tests in checkpoint_
 """
 
 import logging
-import pathlib
-import shutil
 import time
 
 import jax
@@ -20,7 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from xlnet_jax import orbax_drain
+from xlnet_jax import orbax_drain, paths
 from xlnet_jax.checkpoint_checksums import tree_checksums, verify_checksums
 from xlnet_jax.checkpoint_meta import DamagedStep, check_compatible, looks_like_meta, one_line
 from xlnet_jax.errors import CheckpointError
@@ -34,7 +32,7 @@ class Checkpointer:
     """Saves every `checkpoint_every` steps asynchronously, keeps the newest N."""
 
     def __init__(self, workdir: str, config: ml_collections.ConfigDict):
-        self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
+        self.directory = paths.as_path(workdir) / "checkpoints"
         self.damaged_directory = self.directory.parent / "checkpoints_damaged"
         options = ocp.CheckpointManagerOptions(
             max_to_keep=config.keep_checkpoints,
@@ -191,10 +189,8 @@ class Checkpointer:
         """
         source = self.directory / str(step)
         target = self.damaged_directory / f"{step}-{int(time.time())}"
-        if jax.process_index() == 0:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if source.exists():
-                shutil.move(str(source), str(target))
+        if jax.process_index() == 0 and source.exists():
+            paths.move_tree(source, target)
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices(f"xlnet-jax quarantine {step}")
         log.warning(

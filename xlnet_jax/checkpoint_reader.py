@@ -1,12 +1,10 @@
 """Checkpoints read on one device, whatever mesh saved them: for export, eval and tests."""
 
-import pathlib
-
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from xlnet_jax import orbax_drain
+from xlnet_jax import orbax_drain, paths
 from xlnet_jax.checkpoint_checksums import verify_checksums
 from xlnet_jax.checkpoint_meta import DamagedStep, one_line
 from xlnet_jax.errors import CheckpointError
@@ -20,7 +18,7 @@ def read_checkpoint(workdir: str, step: int | None = None) -> dict:
     Returns {"step", "state", "mems", "meta"}, checked against the saved checksums; for
     export, inspection and tests. Any unreadable or damaged file is a CheckpointError.
     """
-    directory = pathlib.Path(workdir).absolute() / "checkpoints"
+    directory = paths.as_path(workdir) / "checkpoints"
     if not directory.is_dir():
         raise CheckpointError(f"{workdir} holds no checkpoints/ directory; is it a train workdir?")
     manager = ocp.CheckpointManager(

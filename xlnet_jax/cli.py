@@ -175,21 +175,23 @@ def _define_prepare(fv: flags.FlagValues) -> None:
 
 def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.data.prepare import prepare_corpus
+    from xlnet_jax.data.staging import local_output
 
-    prepare_corpus(
-        args,
-        _require(fv, "out"),
-        vocab_size=fv.vocab_size,
-        spm_model=fv.spm_model,
-        uncased=fv.uncased,
-        tfds_name=fv.tfds_name,
-        tfds_text_feature=fv.tfds_text_feature,
-        tfds_split=fv.tfds_split,
-        tfds_data_dir=fv.tfds_data_dir,
-        validation_fraction=fv.validation_fraction,
-        num_workers=fv.num_workers,
-        seed=fv.seed,
-    )
+    with local_output(_require(fv, "out")) as out:  # gs://: prepared locally, then uploaded
+        prepare_corpus(
+            args,
+            out,
+            vocab_size=fv.vocab_size,
+            spm_model=fv.spm_model,
+            uncased=fv.uncased,
+            tfds_name=fv.tfds_name,
+            tfds_text_feature=fv.tfds_text_feature,
+            tfds_split=fv.tfds_split,
+            tfds_data_dir=fv.tfds_data_dir,
+            validation_fraction=fv.validation_fraction,
+            num_workers=fv.num_workers,
+            seed=fv.seed,
+        )
     return 0
 
 

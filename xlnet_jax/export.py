@@ -1,9 +1,6 @@
 """`xlnet-jax export-hf`: a params directory or a train workdir -> a HuggingFace directory."""
 
-import pathlib
-import shutil
-
-from xlnet_jax import hf
+from xlnet_jax import hf, paths
 from xlnet_jax.checkpoint_reader import load_trained_params
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.manifest import load_manifest
@@ -18,14 +15,14 @@ def export_to_hf(source: str, out: str) -> str:
     Returns:
       A line for the user about what was exported, or "" for a params directory.
     """
-    if not (pathlib.Path(source) / "checkpoints").is_dir():
+    if not (paths.as_path(source) / "checkpoints").is_dir():
         hf.export_hf(source, out)
         return ""
     config, params = load_trained_params(source)
     hf.save_hf(out, ModelConfig.from_config(config), params)
     note = "no tokenizer copied: the run's corpus_dir is not here"
-    if (pathlib.Path(config.corpus_dir) / "manifest.json").is_file():
-        tokenizer = load_manifest(config.corpus_dir).tokenizer_path
-        shutil.copy(tokenizer, pathlib.Path(out) / "spiece.model")
+    if (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
+        tokenizer = paths.as_path(load_manifest(config.corpus_dir).tokenizer_path)
+        tokenizer.copy(paths.as_path(out) / "spiece.model", overwrite=True)
         note = f"tokenizer {tokenizer} copied as spiece.model"
     return f"exported the newest checkpoint of {source} to {out}; {note}"

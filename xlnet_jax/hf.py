@@ -15,8 +15,9 @@ HF's mem_len None/0 means "keep everything"; ours 0 means no memory.
 """
 
 import dataclasses
+import io
 import json
-import pathlib
+import os
 import pickle
 from collections.abc import Mapping
 
@@ -25,8 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
+from etils import epath
 from flax import traverse_util
 
+from xlnet_jax import paths
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.errors import HFFormatError, MissingFileError
 from xlnet_jax.model import XLNetLM, validate_model_config
@@ -243,18 +246,20 @@ def params_to_hf(config: ModelConfig, params: Params) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(v, np.float32) for k, v in state.items()}
 
 
-def _read_hf_state(path: pathlib.Path) -> dict[str, np.ndarray]:
+def _read_hf_state(path: epath.Path) -> dict[str, np.ndarray]:
     """The tensors of an HF directory: model.safetensors, else pytorch_model.bin (weights only)."""
     if (path / _HF_SAFETENSORS).exists():
         # bfloat16 tensors load as ml_dtypes.bfloat16 (registered with numpy by jax's import).
-        return safetensors.numpy.load_file(path / _HF_SAFETENSORS)
+        return safetensors.numpy.load((path / _HF_SAFETENSORS).read_bytes())
     if (path / _HF_TORCH).exists():
         try:
             import torch
         except ImportError as e:
             raise ImportError(f"reading {path / _HF_TORCH} needs torch (pip install torch)") from e
         try:
-            state = torch.load(path / _HF_TORCH, map_location="cpu", weights_only=True)
+            state = torch.load(
+                io.BytesIO((path / _HF_TORCH).read_bytes()), map_location="cpu", weights_only=True
+            )
         except pickle.UnpicklingError as e:
             raise HFFormatError(
                 f"{path / _HF_TORCH}: refused, it holds objects other than tensors (only "
@@ -265,7 +270,7 @@ def _read_hf_state(path: pathlib.Path) -> dict[str, np.ndarray]:
     raise MissingFileError(f"{path}: neither {_HF_SAFETENSORS} nor {_HF_TORCH} found")
 
 
-def _read_json(path: pathlib.Path) -> dict:
+def _read_json(path: epath.Path) -> dict:
     if not path.exists():
         raise MissingFileError(f"{path} not found")
     try:
@@ -274,7 +279,7 @@ def _read_json(path: pathlib.Path) -> dict:
         raise HFFormatError(f"{path}: not valid JSON ({e})") from None
 
 
-def load_hf(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
+def load_hf(path: str | os.PathLike) -> tuple[ModelConfig, Params]:
     """Reads an HF XLNetLMHeadModel directory into (ModelConfig, params).
 
     Args:
@@ -283,35 +288,34 @@ def load_hf(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
     Returns:
       The config (untie_r True, as HF) and the numpy float32 parameter tree of XLNetLM.
     """
-    path = pathlib.Path(path)
+    path = paths.as_path(path)
     config = config_from_hf(_read_json(path / _CONFIG), source=str(path / _CONFIG))
     return config, params_from_hf(_read_hf_state(path), config)
 
 
-def save_hf(path: str | pathlib.Path, config: ModelConfig, params: Params) -> None:
+def save_hf(path: str | os.PathLike, config: ModelConfig, params: Params) -> None:
     """Writes config.json + model.safetensors that transformers.XLNetLMHeadModel loads."""
-    path = pathlib.Path(path)
+    path = paths.as_path(path)
     state = params_to_hf(config, params)
     path.mkdir(parents=True, exist_ok=True)
     (path / _CONFIG).write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
-    safetensors.numpy.save_file(state, path / _HF_SAFETENSORS, metadata={"format": "pt"})
+    (path / _HF_SAFETENSORS).write_bytes(safetensors.numpy.save(state, metadata={"format": "pt"}))
 
 
-def save_params_dir(path: str | pathlib.Path, config: ModelConfig, params: Params) -> None:
+def save_params_dir(path: str | os.PathLike, config: ModelConfig, params: Params) -> None:
     """Writes our model directory: config.json (ModelConfig fields) + params.safetensors."""
-    path = pathlib.Path(path)
+    path = paths.as_path(path)
     _check_tree(config, params, "params")
     flat = traverse_util.flatten_dict(jax.device_get(params), sep="/")
     path.mkdir(parents=True, exist_ok=True)
     (path / _CONFIG).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
-    safetensors.numpy.save_file(
-        {k: np.ascontiguousarray(v, np.float32) for k, v in flat.items()}, path / _PARAMS
-    )
+    arrays = {k: np.ascontiguousarray(v, np.float32) for k, v in flat.items()}
+    (path / _PARAMS).write_bytes(safetensors.numpy.save(arrays))
 
 
-def load_params_dir(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
+def load_params_dir(path: str | os.PathLike) -> tuple[ModelConfig, Params]:
     """Reads a directory written by save_params_dir into (ModelConfig, numpy params)."""
-    path = pathlib.Path(path)
+    path = paths.as_path(path)
     fields = _read_json(path / _CONFIG)
     unknown = set(fields) - {f.name for f in dataclasses.fields(ModelConfig)}
     if unknown:
@@ -319,19 +323,20 @@ def load_params_dir(path: str | pathlib.Path) -> tuple[ModelConfig, Params]:
     config = ModelConfig(**fields)
     if not (path / _PARAMS).exists():
         raise MissingFileError(f"{path / _PARAMS} not found")
-    params = traverse_util.unflatten_dict(safetensors.numpy.load_file(path / _PARAMS), sep="/")
+    arrays = safetensors.numpy.load((path / _PARAMS).read_bytes())
+    params = traverse_util.unflatten_dict(arrays, sep="/")
     _check_tree(config, params, str(path / _PARAMS))
     return config, params
 
 
-def import_hf(src: str | pathlib.Path, out: str | pathlib.Path) -> ModelConfig:
+def import_hf(src: str | os.PathLike, out: str | os.PathLike) -> ModelConfig:
     """`xlnet-jax import-hf SRC --out DIR`: HF directory -> our params directory."""
     config, params = load_hf(src)
     save_params_dir(out, config, params)
     return config
 
 
-def export_hf(src_params_dir: str | pathlib.Path, out: str | pathlib.Path) -> ModelConfig:
+def export_hf(src_params_dir: str | os.PathLike, out: str | os.PathLike) -> ModelConfig:
     """`xlnet-jax export-hf SRC --out DIR`: our params directory -> HF directory."""
     config, params = load_params_dir(src_params_dir)
     save_hf(out, config, params)

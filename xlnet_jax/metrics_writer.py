@@ -2,15 +2,24 @@
 
 TensorBoard events are written through tensorboard's own event-file writer, so no
 tensorflow is needed. Only the primary process writes.
+
+Object storage cannot append, so for a gs:// workdir both sinks are written to a local
+mirror (seeded with the workdir's metrics.jsonl) and each file is uploaded whole after
+every write: a kill loses nothing that was logged.
 """
 
 import json
 import logging
+import os
 import pathlib
+import shutil
+import tempfile
 import time
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from xlnet_jax import paths
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +31,13 @@ class MetricsWriter:
         self.enabled = enabled
         if not enabled:
             return
-        root = pathlib.Path(workdir)
+        self._remote = paths.as_path(workdir) if paths.is_remote(workdir) else None
+        root = pathlib.Path(tempfile.mkdtemp(prefix="xlnet-metrics-") if self._remote else workdir)
         self.jsonl_path = root / "metrics.jsonl"
+        if self._remote and (self._remote / "metrics.jsonl").exists():
+            self.jsonl_path.write_bytes((self._remote / "metrics.jsonl").read_bytes())
         _end_torn_line(self.jsonl_path)
+        self._root = root
         self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
         self._events = EventFileWriter(str(root / "tensorboard" / subdir))
 
@@ -44,12 +57,26 @@ class MetricsWriter:
         )
         self._events.add_event(event)
         self._events.flush()
+        self._upload()
+
+    def _upload(self) -> None:
+        """Copies the mirror's files whole to a gs:// workdir (nothing to do when local)."""
+        if self._remote is None:
+            return
+        for directory, _, names in os.walk(self._root):
+            for name in names:
+                local = os.path.join(directory, name)
+                target = self._remote / os.path.relpath(local, self._root)
+                target.write_bytes(pathlib.Path(local).read_bytes())
 
     def close(self) -> None:
-        """Flushes and closes both sinks."""
+        """Flushes and closes both sinks (and removes a gs:// workdir's local mirror)."""
         if self.enabled:
             self._jsonl.close()
             self._events.close()
+            if self._remote is not None:
+                self._upload()
+                shutil.rmtree(self._root, ignore_errors=True)
 
 
 def _end_torn_line(path: pathlib.Path) -> None:
@@ -69,8 +96,8 @@ def read_metrics(workdir: str, kind: str = "train") -> dict[int, dict]:
     is skipped with a warning, since the step it held is re-logged after the resume.
     """
     records, torn = {}, 0
-    path = pathlib.Path(workdir) / "metrics.jsonl"
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    path = paths.as_path(workdir) / "metrics.jsonl"
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:

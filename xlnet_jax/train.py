@@ -8,7 +8,6 @@ functions of (seed, step). SIGTERM saves at the next step boundary and exits cle
 import concurrent.futures
 import contextlib
 import logging
-import pathlib
 import signal
 import time
 
@@ -16,7 +15,7 @@ import jax
 import ml_collections
 from jax.experimental import multihost_utils
 
-from xlnet_jax import flops, sharding, steps
+from xlnet_jax import flops, paths, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.checkpoint_meta import make_meta
 from xlnet_jax.errors import NonFiniteError
@@ -155,8 +154,8 @@ class _NonFiniteMonitor:
 
 def _announce_new_run(workdir: str) -> None:
     """Says a run starts at step 0, loudly if the workdir shows an earlier attempt."""
-    metrics = pathlib.Path(workdir) / "metrics.jsonl"
-    if metrics.exists() and metrics.stat().st_size:
+    metrics = paths.as_path(workdir) / "metrics.jsonl"
+    if metrics.exists() and metrics.stat().length:
         log.warning(
             "Starting from step 0 in %s: it holds no checkpoint, but %s has records of an "
             "earlier attempt (stopped before its first checkpoint?); they are re-logged.",
@@ -262,6 +261,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                 )
                 interval_start = time.time()
             if save:
+                lock.check()
                 needed = checkpoint_bytes + MIN_FREE_BYTES
                 check_free_space(workdir, needed, f"saving step {done}")
                 checkpointer.save(state, make_meta(config, fingerprint, done))

@@ -6,7 +6,6 @@ config stops the run in one line, before anything compiles.
 
 import fcntl
 import os
-import pathlib
 import shutil
 
 import jax
@@ -14,8 +13,11 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from xlnet_jax import paths
 from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint
+from xlnet_jax.data.staging import stage_corpus
 from xlnet_jax.errors import ConfigError, DataError, WorkdirError
+from xlnet_jax.object_lease import ObjectLease
 
 # Free space kept in reserve beyond one checkpoint (metrics, TensorBoard, orbax metadata).
 MIN_FREE_BYTES = 64 * 2**20
@@ -24,7 +26,7 @@ MIN_FREE_BYTES = 64 * 2**20
 class WorkdirLock:
     """An exclusive lock per process on the workdir, released on exit or crash."""
 
-    def __init__(self, path: pathlib.Path):
+    def __init__(self, path: str):
         self._file = open(path, "a+")  # noqa: SIM115 - held for the whole run
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -34,6 +36,9 @@ class WorkdirLock:
                 f"Another run is training in this workdir (lock {path} is held). Wait for it "
                 "to finish or stop it, or use a different --workdir."
             ) from None
+
+    def check(self) -> None:
+        """A local lock cannot be lost while its file is open."""
 
     def release(self) -> None:
         """Unlocks; the kernel also drops the lock if the process dies."""
@@ -46,8 +51,11 @@ def check_free_space(workdir: str, needed: int, before: str) -> None:
 
     Checked before training and before every save, so a full disk stops the run with the
     newest checkpoint intact instead of failing inside an asynchronous write. Every process
-    takes the same decision (the least free space of all), so none is left waiting.
+    takes the same decision (the least free space of all), so none is left waiting. Object
+    storage (gs://) has no disk to fill: nothing is checked there.
     """
+    if paths.is_remote(workdir):
+        return
     free = _min_over_processes(shutil.disk_usage(workdir).free)
     if free < needed:
         raise WorkdirError(
@@ -66,24 +74,33 @@ def _min_over_processes(value: int) -> int:
     return int(float(np.min(mib)) * 2**20)
 
 
-def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock:
-    """Creates the workdir, checks it is writable with room for a checkpoint, and locks it."""
-    root = pathlib.Path(workdir)
+def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock | ObjectLease:
+    """Creates the workdir, checks it is writable with room for a checkpoint, and locks it.
+
+    A local workdir gets a flock per process; a gs:// one a lease object per process
+    (object_lease.py), since object storage has no locks.
+    """
+    root = paths.as_path(workdir)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-test-{os.getpid()}"
+        probe = root / f".write-test-{jax.process_index()}-{os.getpid()}"
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as e:
         raise WorkdirError(
-            f"Workdir {root} is not writable ({e.strerror}); pick another --workdir."
+            f"Workdir {root} is not writable ({e.strerror or e}); pick another --workdir."
         ) from None
     check_free_space(str(root), checkpoint_bytes + MIN_FREE_BYTES, "training starts")
-    return WorkdirLock(root / f".lock-process-{jax.process_index()}")
+    lock = root / f".lock-process-{jax.process_index()}"
+    return ObjectLease(str(lock)) if paths.is_remote(workdir) else WorkdirLock(str(lock))
 
 
 def load_corpus_manifest(config: ml_collections.ConfigDict):
-    """The prepared corpus's manifest and fingerprint, checked against config.vocab_size."""
+    """The prepared corpus's manifest and fingerprint, checked against config.vocab_size.
+
+    A corpus on object storage is staged to this host's disk first (data/staging.py): the
+    returned manifest's path is the local copy.
+    """
     if not config.corpus_dir:
         raise ConfigError(
             "config.corpus_dir: is empty; run `xlnet-jax prepare --out DIR` and pass "
@@ -93,6 +110,8 @@ def load_corpus_manifest(config: ml_collections.ConfigDict):
         manifest = load_manifest(config.corpus_dir)
     except DataError as e:
         raise ConfigError(f"config.corpus_dir: {e}") from None
+    if paths.is_remote(config.corpus_dir):
+        manifest = stage_corpus(manifest)
     if manifest.vocab_size != config.vocab_size:
         raise ConfigError(
             f"config.vocab_size: must equal the tokenizer's vocabulary, {manifest.vocab_size} "

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 
+from xlnet_jax import paths
 from xlnet_jax.errors import DataError
 
 FORMAT_VERSION = 1
@@ -40,6 +41,9 @@ class Manifest:
       seed: seed of the held-out choice.
       dataset: {"name", "version"} of the tfds dataset in the directory.
       stats: timings of the preparation (not fingerprinted).
+      files: relative path -> {"bytes", "sha256"} of every file of the tfds dataset, so a
+        copy (a corpus staged from object storage) can be verified (not fingerprinted: the
+        dataset is a function of what is).
     """
 
     path: str
@@ -54,29 +58,26 @@ class Manifest:
     seed: int
     dataset: dict
     stats: dict
+    files: dict = dataclasses.field(default_factory=dict)
 
     @property
     def tokenizer_path(self) -> str:
-        return os.path.join(self.path, self.tokenizer["file"])
+        return os.fspath(paths.as_path(self.path) / self.tokenizer["file"])
 
 
 def save_manifest(manifest: Manifest) -> None:
     """Writes path/manifest.json atomically (it marks a complete corpus)."""
     fields = dataclasses.asdict(manifest)
     del fields["path"]
-    target = os.path.join(manifest.path, MANIFEST_FILE)
-    with open(target + ".tmp", "w") as f:
-        json.dump(fields, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(target + ".tmp", target)
+    text = json.dumps(fields, indent=2, sort_keys=True) + "\n"
+    paths.write_bytes_atomic(paths.as_path(manifest.path) / MANIFEST_FILE, text.encode())
 
 
 def load_manifest(corpus_dir: str) -> Manifest:
     """The manifest of a prepared corpus, or a DataError saying how to prepare one."""
-    target = os.path.join(corpus_dir, MANIFEST_FILE)
+    target = paths.as_path(corpus_dir) / MANIFEST_FILE
     try:
-        with open(target) as f:
-            fields = json.load(f)
+        fields = json.loads(target.read_text())
     except FileNotFoundError:
         raise DataError(
             f"{corpus_dir} is not a prepared corpus (no {MANIFEST_FILE}); run "

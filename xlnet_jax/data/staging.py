@@ -1,0 +1,166 @@
+"""A prepared corpus on object storage: published from a local preparation, staged to read.
+
+ArrayRecord (and so tfds's data source) reads local files only, so a `gs://` corpus is
+copied to each host's disk before training. Every staged file is checked against the
+sha256 the manifest records for it; a file already staged with the right hash is not
+downloaded again, so a restarted run on the same host starts at once.
+
+Publishing uploads the manifest last: it marks a complete corpus, so a reader never
+sees a half-uploaded one as prepared.
+"""
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from xlnet_jax import paths
+from xlnet_jax.data import tfds_builder
+from xlnet_jax.data.manifest import (
+    MANIFEST_FILE,
+    TOKENIZER_FILE,
+    Manifest,
+    manifest_fingerprint,
+    save_manifest,
+)
+from xlnet_jax.errors import DataError
+
+log = logging.getLogger(__name__)
+
+_OWNED = (MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME)
+
+
+def dataset_files(corpus_dir: str) -> dict[str, dict]:
+    """{relative path: {"bytes", "sha256"}} of every file of a local corpus's tfds dataset."""
+    files = {}
+    root = os.path.join(corpus_dir, tfds_builder.NAME)
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            files[os.path.relpath(path, corpus_dir)] = {
+                "bytes": os.path.getsize(path),
+                "sha256": _sha256(path),
+            }
+    return dict(sorted(files.items()))
+
+
+def stage_corpus(manifest: Manifest) -> Manifest:
+    """A local, verified copy of the remote corpus `manifest` describes; its manifest."""
+    if not manifest.files:
+        raise DataError(
+            f"{manifest.path}/{MANIFEST_FILE} lists no file hashes (prepared by an older "
+            "version), so a staged copy cannot be verified; prepare the corpus again."
+        )
+    remote = paths.as_path(manifest.path)
+    local = paths.local_cache("corpora", manifest_fingerprint(manifest)[:16])
+    wanted = {
+        **manifest.files,
+        manifest.tokenizer["file"]: {"bytes": None, "sha256": manifest.tokenizer["sha256"]},
+    }
+    fetched = fetched_bytes = 0
+    for relative, expected in wanted.items():
+        target = os.path.join(local, relative)
+        if os.path.exists(target) and _sha256(target) == expected["sha256"]:
+            continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = f"{target}.{os.getpid()}.tmp"
+        with (remote / relative).open("rb") as source, open(tmp, "wb") as copy:
+            digest, size = _copy(source, copy)
+        if digest != expected["sha256"]:
+            os.remove(tmp)
+            raise DataError(
+                f"{remote / relative}: its sha256 differs from the one in {MANIFEST_FILE}; the "
+                "corpus was changed or damaged after preparing. Prepare it again."
+            )
+        os.replace(tmp, target)  # atomic: another process on this host may stage too
+        fetched, fetched_bytes = fetched + 1, fetched_bytes + size
+    staged = dataclasses.replace(manifest, path=local)
+    save_manifest(staged)
+    log.info(
+        "Corpus %s staged at %s: %d of %d files downloaded (%.1f MiB), all %d verified against "
+        "the manifest's sha256.",
+        manifest.path,
+        local,
+        fetched,
+        len(wanted),
+        fetched_bytes / 2**20,
+        len(wanted),
+    )
+    return staged
+
+
+@contextlib.contextmanager
+def local_output(out_dir: str) -> Iterator[str]:
+    """Where to prepare a corpus for `out_dir`: itself if local, else a temporary local
+    directory that is published to `out_dir` when the block succeeds."""
+    if not paths.is_remote(out_dir):
+        yield out_dir
+        return
+    _claim_remote(out_dir)
+    local = tempfile.mkdtemp(prefix="xlnet-prepare-")
+    try:
+        yield local
+        _publish(local, out_dir)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _claim_remote(out_dir: str) -> None:
+    """Empties a remote out_dir of a previous corpus; refuses one holding anything else."""
+    root = paths.as_path(out_dir)
+    if not root.exists():
+        return
+    entries = [p.name for p in root.iterdir()]
+    foreign = sorted(set(entries) - set(_OWNED) - {"cache"})
+    if foreign:
+        raise DataError(
+            f"{out_dir} is not empty and not a prepared corpus (it holds {foreign[:3]}...); "
+            "pick a new or empty directory."
+        )
+    if MANIFEST_FILE in entries:  # first, so the old corpus no longer reads as complete
+        (root / MANIFEST_FILE).unlink()
+    for name in entries:
+        path = root / name
+        if path.is_dir():
+            path.rmtree()
+        elif path.exists():
+            path.unlink()
+
+
+def _publish(local: str, out_dir: str) -> None:
+    """Uploads the prepared corpus, manifest.json last."""
+    root = paths.as_path(out_dir)
+    relatives = [
+        os.path.relpath(os.path.join(directory, name), local)
+        for directory, _, names in os.walk(local)
+        for name in names
+    ]
+    for relative in sorted(relatives, key=lambda r: r == MANIFEST_FILE):
+        if relative.split(os.sep)[0] == "cache":
+            continue
+        with (
+            open(os.path.join(local, relative), "rb") as source,
+            (root / relative).open("wb") as copy,
+        ):
+            _copy(source, copy)
+    log.info("Published the corpus to %s (%d files).", out_dir, len(relatives))
+
+
+def _copy(source: BinaryIO, target: BinaryIO) -> tuple[str, int]:
+    """Copies in 16 MiB blocks; the sha256 and size of what was copied."""
+    digest, size = hashlib.sha256(), 0
+    while block := source.read(16 * 2**20):
+        digest.update(block)
+        target.write(block)
+        size += len(block)
+    return digest.hexdigest(), size
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
