@@ -19,6 +19,7 @@ import io
 import json
 import os
 import pickle
+import tempfile
 from collections.abc import Mapping
 
 import flax.linen as nn
@@ -250,7 +251,7 @@ def _read_hf_state(path: epath.Path) -> dict[str, np.ndarray]:
     """The tensors of an HF directory: model.safetensors, else pytorch_model.bin (weights only)."""
     if (path / _HF_SAFETENSORS).exists():
         # bfloat16 tensors load as ml_dtypes.bfloat16 (registered with numpy by jax's import).
-        return safetensors.numpy.load((path / _HF_SAFETENSORS).read_bytes())
+        return _load_safetensors(path / _HF_SAFETENSORS)
     if (path / _HF_TORCH).exists():
         try:
             import torch
@@ -268,6 +269,17 @@ def _read_hf_state(path: epath.Path) -> dict[str, np.ndarray]:
             ) from e
         return {k: v.float().numpy() for k, v in state.items()}
     raise MissingFileError(f"{path}: neither {_HF_SAFETENSORS} nor {_HF_TORCH} found")
+
+
+def _load_safetensors(path: epath.Path) -> dict[str, np.ndarray]:
+    """A .safetensors file's tensors; a remote one is copied to a local temporary file first
+    (safetensors' file reader maps bfloat16, its reader of bytes does not)."""
+    if not paths.is_remote(path):
+        return safetensors.numpy.load_file(path)
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as local:
+        local.write(path.read_bytes())
+        local.flush()
+        return safetensors.numpy.load_file(local.name)
 
 
 def _read_json(path: epath.Path) -> dict:
@@ -323,8 +335,7 @@ def load_params_dir(path: str | os.PathLike) -> tuple[ModelConfig, Params]:
     config = ModelConfig(**fields)
     if not (path / _PARAMS).exists():
         raise MissingFileError(f"{path / _PARAMS} not found")
-    arrays = safetensors.numpy.load((path / _PARAMS).read_bytes())
-    params = traverse_util.unflatten_dict(arrays, sep="/")
+    params = traverse_util.unflatten_dict(_load_safetensors(path / _PARAMS), sep="/")
     _check_tree(config, params, str(path / _PARAMS))
     return config, params
 
