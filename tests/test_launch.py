@@ -72,7 +72,7 @@ INSTALL_PYTHON = (
 )
 INSTALL_PROJECT = (
     "if [ ! -x ~/xlnet-jax-venv/bin/python ]; then python3.11 -m venv ~/xlnet-jax-venv || "
-    "exit 1; fi; cd ~/xlnet-jax && ~/xlnet-jax-venv/bin/pip install -q -U pip && "
+    "exit 1; fi; cd ~/xlnet-jax && ~/xlnet-jax-venv/bin/pip install -q pip==26.3 && "
     "~/xlnet-jax-venv/bin/pip install -q -e '\"'\"'.[tpu]'\"'\"''\n"
 )
 
@@ -106,15 +106,22 @@ def test_train_dry_run(capsys):
         "gs://my-bucket/xlnet-base",
         "--config.num_train_steps=100000",
     )
-    assert out == (
-        f"{SSH}'mkdir -p ~/xlnet-jax-logs || exit 1; "
-        f'if {RUNNING}; then echo "$(hostname): already training (pid $pid); stop it first" >&2; '
-        "exit 1; fi; cd ~/xlnet-jax || exit 1; nohup ~/xlnet-jax-venv/bin/xlnet-jax train "
-        "--distributed --config=configs/base.py --workdir=gs://my-bucket/xlnet-base "
-        "--config.num_train_steps=100000 > ~/xlnet-jax-logs/train-$(hostname).log 2>&1 "
-        "< /dev/null & echo $! > ~/xlnet-jax-logs/train.pid; "
-        'echo "$(hostname): training (pid $!), log ~/xlnet-jax-logs/train-$(hostname).log"\'\n'
+    wrapper = (
+        "trap 'kill -TERM $c' TERM; ~/xlnet-jax-venv/bin/xlnet-jax train --distributed "
+        "--config=configs/base.py --workdir=gs://my-bucket/xlnet-base "
+        "--config.num_train_steps=100000 & c=$!; wait $c; s=$?; "
+        "while kill -0 $c 2>/dev/null; do wait $c; s=$?; done; "
+        "echo $s > ~/xlnet-jax-logs/train.exit"
     )
+    script = (
+        "mkdir -p ~/xlnet-jax-logs || exit 1; "
+        f'if {RUNNING}; then echo "$(hostname): already training (pid $pid); stop it first" >&2; '
+        "exit 1; fi; cd ~/xlnet-jax || exit 1; rm -f ~/xlnet-jax-logs/train.exit; "
+        f"nohup bash -c {shlex.quote(wrapper)} > ~/xlnet-jax-logs/train-$(hostname).log 2>&1 "
+        "< /dev/null & echo $! > ~/xlnet-jax-logs/train.pid; "
+        'echo "$(hostname): training (pid $!), log ~/xlnet-jax-logs/train-$(hostname).log"'
+    )
+    assert out == f"{SSH}{shlex.quote(script)}\n"
 
 
 def test_status_logs_stop_delete_dry_run(capsys):
@@ -178,7 +185,8 @@ def test_hostile_train_values_are_single_arguments(capsys):
     out = dry_run(
         capsys, "train", *TPU, "--config", f"configs/{HOSTILE}.py", "--workdir", HOSTILE, override
     )
-    words = remote_argv(out)
+    script = remote_argv(out)
+    words = shlex.split(script[script.index("-c") + 1])  # the wrapper that runs the trainer
     assert f"--workdir={HOSTILE}" in words
     assert f"--config=configs/{HOSTILE}.py" in words
     assert override in words
@@ -222,7 +230,7 @@ def test_hostile_values_survive_two_real_shells(tmp_path, capsys):
     try:
         assert f"training (pid {pid})" in started
         argv_file = home / "xlnet-jax" / "argv.json"
-        wait_for(argv_file.exists)
+        wait_for(lambda: argv_file.exists() and argv_file.read_text().endswith("]"))
         assert json.loads(argv_file.read_text()) == [
             "train",
             "--distributed",

@@ -7,6 +7,7 @@ backend runs it on every worker through `remote.train`, the local backend runs i
 times on localhost; only the cluster flags differ.
 """
 
+import dataclasses
 from collections.abc import Sequence
 
 from xlnet_jax.launch import remote
@@ -39,26 +40,64 @@ def _where(zone: str, project: str | None) -> list[str]:
     return [f"--zone={zone}"] + ([f"--project={project}"] if project else [])
 
 
-def create(
-    name: str,
-    zone: str,
-    project: str | None,
-    accelerator_type: str,
-    runtime_version: str,
-    queued: bool,
-    preemptible: bool,
-    spot: bool,
-) -> list[str]:
-    """Creates a TPU VM, or a queued resource whose node has the same name."""
-    if queued:
-        argv = [*GCLOUD_QUEUED, "create", name, f"--node-id={name}"]
+@dataclasses.dataclass(frozen=True)
+class Slice:
+    """What `create` asks gcloud for, beyond the name and zone.
+
+    queued: through a queued resource (needed for multislice: node_count > 1, whose
+    nodes are named node_prefix-0, -1, ...; a single node gets the resource's name).
+    service_account/scopes: the workers' identity; it needs write access to the bucket.
+    """
+
+    accelerator_type: str
+    runtime_version: str
+    queued: bool = False
+    preemptible: bool = False
+    spot: bool = False
+    node_count: int | None = None
+    node_prefix: str | None = None
+    service_account: str | None = None
+    scopes: str | None = None
+    network: str | None = None
+    subnetwork: str | None = None
+    internal_ips: bool = False
+    reserved: bool = False
+    labels: str | None = None
+
+    def flags(self) -> list[str]:
+        """The optional gcloud flags, in a fixed order."""
+        valued = {
+            "service-account": self.service_account,
+            "scopes": self.scopes,
+            "network": self.network,
+            "subnetwork": self.subnetwork,
+            "labels": self.labels,
+        }
+        switches = {
+            "internal-ips": self.internal_ips,
+            "reserved": self.reserved,
+            "preemptible": self.preemptible,
+            "spot": self.spot,
+        }
+        return [f"--{k}={v}" for k, v in valued.items() if v] + [
+            f"--{k}" for k, on in switches.items() if on
+        ]
+
+
+def create(name: str, zone: str, project: str | None, spec: Slice) -> list[str]:
+    """Creates a TPU VM, or a queued resource (one node of the same name, or a multislice)."""
+    if spec.queued:
+        argv = [*GCLOUD_QUEUED, "create", name]
+        if spec.node_count:
+            argv += [f"--node-count={spec.node_count}", f"--node-prefix={spec.node_prefix or name}"]
+        else:
+            argv += [f"--node-id={name}"]
         version_flag = "--runtime-version"
     else:
         argv = [*GCLOUD_TPU, "create", name]
         version_flag = "--version"
-    argv += [*_where(zone, project), f"--accelerator-type={accelerator_type}"]
-    argv += [f"{version_flag}={runtime_version}"]
-    return argv + (["--preemptible"] if preemptible else []) + (["--spot"] if spot else [])
+    argv += [*_where(zone, project), f"--accelerator-type={spec.accelerator_type}"]
+    return argv + [f"{version_flag}={spec.runtime_version}", *spec.flags()]
 
 
 def delete(name: str, zone: str, project: str | None, queued: bool, yes: bool) -> list[str]:
@@ -67,22 +106,43 @@ def delete(name: str, zone: str, project: str | None, queued: bool, yes: bool) -
     return argv + (["--force"] if queued else []) + (["--quiet"] if yes else [])
 
 
-def describe(name: str, zone: str, project: str | None, queued: bool) -> list[str]:
-    """Shows the TPU VM's (or queued resource's) state as gcloud reports it."""
-    return [*(GCLOUD_QUEUED if queued else GCLOUD_TPU), "describe", name, *_where(zone, project)]
+def describe(
+    name: str, zone: str, project: str | None, queued: bool, state_only: bool = False
+) -> list[str]:
+    """Shows the TPU VM's (or queued resource's) state as gcloud reports it.
+
+    state_only: just the state word (READY, PREEMPTED...; ACTIVE, SUSPENDED... if queued).
+    """
+    argv = [*(GCLOUD_QUEUED if queued else GCLOUD_TPU), "describe", name, *_where(zone, project)]
+    if state_only:
+        argv.append("--format=value(state.state)" if queued else "--format=value(state)")
+    return argv
 
 
-def ssh(name: str, zone: str, project: str | None, worker: str, script: str) -> list[str]:
-    """Runs `script` (from `remote`) on one worker or on all of them."""
+def ssh(
+    name: str, zone: str, project: str | None, worker: str, script: str, queued: bool = False
+) -> list[str]:
+    """Runs `script` (from `remote`) on one worker or on all of them.
+
+    queued: through the queued resource, on that worker of every node (`--node=all`), as a
+    multislice needs.
+    """
     where = _where(zone, project)
+    head = [*GCLOUD_QUEUED, "ssh", name, *where, "--node=all"] if queued else [
+        *GCLOUD_TPU, "ssh", name, *where
+    ]  # fmt: skip
     # The script is a separate argv item: it never starts with "-", and so reads better.
-    return [*GCLOUD_TPU, "ssh", name, *where, f"--worker={worker}", "--command", script]
+    return [*head, f"--worker={worker}", "--command", script]
 
 
-def scp_to_workers(name: str, zone: str, project: str | None, local_file: str) -> list[str]:
-    """Copies `local_file` to every worker's home as `remote.TARBALL`."""
+def scp_to_workers(
+    name: str, zone: str, project: str | None, local_file: str, queued: bool = False
+) -> list[str]:
+    """Copies `local_file` to every worker's home (of every node, if queued) as TARBALL."""
     destination = f"{name}:{remote.TARBALL}"
-    return [*GCLOUD_TPU, "scp", local_file, destination, *_where(zone, project), "--worker=all"]
+    group = GCLOUD_QUEUED if queued else GCLOUD_TPU
+    nodes = ["--node=all"] if queued else []
+    return [*group, "scp", local_file, destination, *_where(zone, project), *nodes, "--worker=all"]
 
 
 def source_tarball(source_dir: str, tarball: str) -> list[str]:

@@ -14,6 +14,11 @@ _ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 _ACCELERATOR = re.compile(r"v[0-9]+[a-z]*-[0-9]+")
 _RUNTIME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _PROJECT = re.compile(r"([a-z][-a-z0-9.]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
+_LABEL = r"[a-z][-_a-z0-9]{0,62}=[-_a-z0-9]{0,63}"
+_LABELS = re.compile(rf"{_LABEL}(,{_LABEL})*")
+_EMAIL = re.compile(r"[a-z0-9][-a-z0-9._]*@[a-z0-9][-a-z0-9.]*")
+_RESOURCE = re.compile(r"[a-z0-9][-a-z0-9/._]*")
+_SCOPES = re.compile(r"[-a-z0-9_.:/]+(,[-a-z0-9_.:/]+)*")
 _PYTHON = re.compile(r"python3\.[0-9]+")
 _OVERRIDE = re.compile(r"--config\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*=.*", re.DOTALL)
 
@@ -47,6 +52,26 @@ def accelerator_type(value: str) -> str:
 def runtime_version(value: str) -> str:
     """A TPU software version such as tpu-ubuntu2204-base or v2-alpha-tpuv6e."""
     return _matching(_RUNTIME, "TPU runtime version (like tpu-ubuntu2204-base)", value)
+
+
+def labels(value: str) -> str:
+    """GCE labels: KEY=VALUE[,KEY=VALUE...] in lowercase letters, digits, - and _."""
+    return _matching(_LABELS, "labels (like team=nlp,run=base)", value)
+
+
+def service_account(value: str) -> str:
+    """A service account email: the workers' identity (it needs write access to the bucket)."""
+    return _matching(_EMAIL, "service account email", value)
+
+
+def resource(value: str) -> str:
+    """A network or subnetwork name (or its projects/.../ path)."""
+    return _matching(_RESOURCE, "network name", value)
+
+
+def scopes(value: str) -> str:
+    """OAuth scopes or their aliases, comma separated (e.g. cloud-platform)."""
+    return _matching(_SCOPES, "scopes (like cloud-platform)", value)
 
 
 def project(value: str) -> str:

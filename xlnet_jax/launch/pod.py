@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xlnet_jax.launch import commands, local, names, remote, runner
+from xlnet_jax.launch import commands, job, local, names, remote, runner, versions
 
 PROG = "xlnet-jax launch"
 
@@ -74,55 +74,69 @@ def _queued_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--queued", action="store_true", help=f"{what} a queued resource")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser and each subcommand's parser, by name (for their errors)."""
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Run xlnet-jax on a Cloud TPU VM slice (through gcloud) or locally.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
+def _queued_ssh_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--queued",
+        action="store_true",
+        help="reach the workers through the queued resource, on every node (--node=all; "
+        "needed for a multislice)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    create = _subcommand(
-        sub,
-        "create",
-        "create a TPU VM slice",
-        "Runs `gcloud compute tpus tpu-vm create`, or with --queued\n"
-        "`gcloud compute tpus queued-resources create` (its node gets the same name).",
-    )
-    _tpu_options(create)
-    create.add_argument(
+
+def _slice_options(parser: argparse.ArgumentParser) -> None:
+    """The flags of `create` (and `run`) that describe the slice."""
+    parser.add_argument(
         "--accelerator-type",
         metavar="TYPE",
         type=names.accelerator_type,
         required=True,
-        help="e.g. v3-32, v4-16, v5litepod-16, v6e-8",
+        help="e.g. v3-32, v4-16, v5litepod-16, v5p-32, v6e-8",
     )
-    create.add_argument(
+    parser.add_argument(
         "--runtime-version",
         metavar="VERSION",
         type=names.runtime_version,
-        default="tpu-ubuntu2204-base",
-        help="TPU software version (default: %(default)s; v5e wants v2-alpha-tpuv5-lite, "
-        "v6e v2-alpha-tpuv6e)",
+        help="TPU software version (default: by generation: v2/v3/v4 tpu-ubuntu2204-base, "
+        "v5litepod/v5e v2-alpha-tpuv5-lite, v5p v2-alpha-tpuv5, v6e v2-alpha-tpuv6e)",
     )
-    _queued_option(create, "create")
-    capacity = create.add_mutually_exclusive_group()
-    capacity.add_argument("--preemptible", action="store_true", help="preemptible TPU VM")
-    capacity.add_argument("--spot", action="store_true", help="spot capacity")
+    parser.add_argument(
+        "--queued", action="store_true", help="through a queued resource (its node: same name)"
+    )
+    parser.add_argument(
+        "--node-count",
+        type=names.positive_int,
+        metavar="N",
+        help="multislice: N slices of --accelerator-type (needs --queued); the TPU runtime "
+        "joins them for jax.distributed; pass --config.num_slices=N to train",
+    )
+    parser.add_argument(
+        "--node-prefix", type=names.tpu_name, metavar="PREFIX", help="multislice node names"
+    )
+    capacity = parser.add_mutually_exclusive_group()
+    capacity.add_argument("--spot", action="store_true", help="Spot capacity (preemptible)")
+    capacity.add_argument(
+        "--preemptible", action="store_true", help="legacy preemptible TPU VM; prefer --spot"
+    )
+    parser.add_argument(
+        "--reserved", action="store_true", help="use the project's reserved capacity"
+    )
+    parser.add_argument(
+        "--service-account",
+        type=names.service_account,
+        metavar="EMAIL",
+        help="the workers' identity; it needs write access to the workdir's bucket",
+    )
+    parser.add_argument("--scopes", type=names.scopes, help="its OAuth scopes, e.g. cloud-platform")
+    parser.add_argument("--network", type=names.resource, help="VPC network")
+    parser.add_argument("--subnetwork", type=names.resource, help="VPC subnetwork")
+    parser.add_argument(
+        "--internal-ips", action="store_true", help="no external IPs (needs Private Google Access)"
+    )
+    parser.add_argument("--labels", type=names.labels, metavar="K=V,...", help="GCE labels")
 
-    setup = _subcommand(
-        sub,
-        "setup",
-        "install the project on every worker",
-        f"Ships the committed tree (git archive HEAD of --source) with scp, or clones --repo,\n"
-        f"into {remote.PROJECT_DIR} on every worker, then `pip install -e .[tpu]` into the\n"
-        f"venv {remote.VENV} (created once with --python, installed from apt if missing).\n"
-        f"Uncommitted changes are not shipped. Rerun after every change.",
-    )
-    _tpu_options(setup)
+
+def _source_options(setup: argparse.ArgumentParser) -> None:
+    """Where `setup` (and `run`) take the project from, and the workers' Python."""
     source = setup.add_mutually_exclusive_group()
     source.add_argument(
         "--source",
@@ -154,6 +168,41 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         help="worker interpreter for the venv (default: %(default)s)",
     )
 
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each subcommand's parser, by name (for their errors)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run xlnet-jax on a Cloud TPU VM slice (through gcloud) or locally.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    create = _subcommand(
+        sub,
+        "create",
+        "create a TPU VM slice",
+        "Runs `gcloud compute tpus tpu-vm create`, or with --queued\n"
+        "`gcloud compute tpus queued-resources create` (its node gets the same name).",
+    )
+    _tpu_options(create)
+    _slice_options(create)
+
+    setup = _subcommand(
+        sub,
+        "setup",
+        "install the project on every worker",
+        f"Ships the committed tree (git archive HEAD of --source) with scp, or clones --repo,\n"
+        f"into {remote.PROJECT_DIR} on every worker, then `pip install -e .[tpu]` into the\n"
+        f"venv {remote.VENV} (created once with --python, installed from apt if missing).\n"
+        f"Uncommitted changes are not shipped. Rerun after every change.",
+    )
+    _tpu_options(setup)
+    _source_options(setup)
+    _queued_ssh_option(setup)
+
     train = _subcommand(
         sub,
         "train",
@@ -181,6 +230,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     tpu = train.add_argument_group("--backend tpu")
     _tpu_options(tpu, required=False)
+    tpu.add_argument(
+        "--queued",
+        action="store_true",
+        default=None,
+        help="reach the workers through the queued resource (--node=all; multislice)",
+    )
     here = train.add_argument_group("--backend local")
     here.add_argument(
         "--num-processes",
@@ -210,10 +265,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "whether `xlnet-jax train` runs and the last line of its log.",
     )
     _tpu_options(status)
-    _queued_option(status, "describe")
+    _queued_option(status, "describe (and reach the workers through)")
 
     logs = _subcommand(sub, "logs", "print a worker's train log", f"Tails {remote.LOG_FILE}.")
     _tpu_options(logs)
+    _queued_ssh_option(logs)
     logs.add_argument(
         "--worker",
         metavar="W",
@@ -235,6 +291,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "SIGKILL.",
     )
     _tpu_options(stop)
+    _queued_ssh_option(stop)
     stop.add_argument(
         "--grace",
         metavar="SECONDS",
@@ -253,6 +310,38 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _queued_option(delete, "delete")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    run = _subcommand(
+        sub,
+        "run",
+        "create, set up, train and watch; recreate and resume after preemptions",
+        "Creates the slice unless it is up, runs `setup` and `train`, then checks the slice\n"
+        "every --poll seconds. If gcloud reports it lost (preempted, terminated, suspended),\n"
+        "deletes and recreates it, sets it up and trains again, which resumes from the\n"
+        "newest checkpoint in WORKDIR (on gs://), up to --max-restarts times. Ends with the\n"
+        "trainer's exit code (worker 0), or 1 once it gives up.",
+        usage="%(prog)s --name NAME --zone ZONE --accelerator-type TYPE --config CONFIG\n"
+        "         --workdir gs://... [create flags] [setup flags] [--config.FIELD=VALUE ...]",
+    )
+    _tpu_options(run)
+    _slice_options(run)
+    _source_options(run)
+    run.add_argument("--config", required=True, help="config file, e.g. configs/base.py")
+    run.add_argument("--workdir", required=True, help="gs://BUCKET/PATH: survives the slice")
+    run.add_argument(
+        "--max-restarts",
+        type=names.non_negative_int,
+        default=5,
+        metavar="N",
+        help="recreations after losing the slice before giving up (default: %(default)s)",
+    )
+    run.add_argument(
+        "--poll",
+        type=names.positive_int,
+        default=60,
+        metavar="SECONDS",
+        help="seconds between checks of the slice (default: %(default)s)",
+    )
+
     return parser, sub.choices
 
 
@@ -261,13 +350,13 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser, subparsers = build_parser()
     args, extras = parser.parse_known_args(argv)
     sub = subparsers[args.command]
-    if args.command != "train":
+    if args.command in ("create", "run"):
+        _check_slice(args, sub)
+    if args.command in ("setup", "run") and args.ref is not None and args.repo is None:
+        sub.error("argument --ref: needs --repo")
+    if args.command not in ("train", "run"):
         if extras:
             sub.error(f"unrecognized arguments: {' '.join(extras)}")
-        if args.command == "create" and args.queued and args.preemptible:
-            sub.error("argument --preemptible: not for --queued; use --spot")
-        if args.command == "setup" and args.ref is not None and args.repo is None:
-            sub.error("argument --ref: needs --repo")
         return args
     for extra in extras:
         try:
@@ -275,8 +364,12 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         except argparse.ArgumentTypeError as e:
             sub.error(f"unrecognized argument: {e}")
     args.overrides = extras
+    if args.command == "run":
+        if not args.workdir.startswith("gs://"):
+            sub.error("argument --workdir: must be on gs://, to outlive a preempted slice")
+        return args
     options = {
-        "tpu": ["name", "zone", "project"],
+        "tpu": ["name", "zone", "project", "queued"],
         "local": ["num_processes", "num_cpu_devices", "port", "timeout"],
     }
     for backend, dests in options.items():
@@ -292,35 +385,58 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+def _check_slice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> None:
+    """Cross-checks the slice flags and fills in the software version from the generation."""
+    if args.queued and args.preemptible:
+        sub.error("argument --preemptible: not for --queued; use --spot")
+    if args.node_count and args.node_count > 1 and not args.queued:
+        sub.error("argument --node-count: a multislice needs --queued")
+    if args.node_prefix and not args.node_count:
+        sub.error("argument --node-prefix: needs --node-count")
+    if args.runtime_version is None:
+        try:
+            args.runtime_version = versions.runtime_version_for(args.accelerator_type)
+        except argparse.ArgumentTypeError as e:
+            sub.error(f"argument --accelerator-type: {e}")
+
+
+def _slice(args: argparse.Namespace) -> commands.Slice:
+    return commands.Slice(
+        accelerator_type=args.accelerator_type,
+        runtime_version=args.runtime_version,
+        queued=args.queued,
+        preemptible=args.preemptible,
+        spot=args.spot,
+        node_count=args.node_count,
+        node_prefix=args.node_prefix,
+        service_account=args.service_account,
+        scopes=args.scopes,
+        network=args.network,
+        subnetwork=args.subnetwork,
+        internal_ips=args.internal_ips,
+        reserved=args.reserved,
+        labels=args.labels,
+    )
+
+
 def _where(args: argparse.Namespace) -> tuple[str, str, str | None]:
     return args.name, args.zone, args.project
 
 
 def _create(args: argparse.Namespace) -> Commands:
-    return [
-        commands.create(
-            *_where(args),
-            args.accelerator_type,
-            args.runtime_version,
-            args.queued,
-            args.preemptible,
-            args.spot,
-        )
-    ]
+    return [commands.create(*_where(args), _slice(args))]
 
 
 def _setup(args: argparse.Namespace) -> Commands:
+    queued = bool(args.queued)
     if args.repo is not None:
-        return [
-            commands.ssh(
-                *_where(args), "all", remote.setup_from_git(args.python, args.repo, args.ref)
-            )
-        ]
+        script = remote.setup_from_git(args.python, args.repo, args.ref)
+        return [commands.ssh(*_where(args), "all", script, queued)]
     tarball = os.path.abspath(args.tarball)  # `git -C SOURCE` would resolve it in SOURCE.
     return [
         commands.source_tarball(args.source, tarball),
-        commands.scp_to_workers(*_where(args), tarball),
-        commands.ssh(*_where(args), "all", remote.setup_from_tarball(args.python)),
+        commands.scp_to_workers(*_where(args), tarball, queued),
+        commands.ssh(*_where(args), "all", remote.setup_from_tarball(args.python), queued),
     ]
 
 
@@ -330,26 +446,43 @@ def _train(args: argparse.Namespace) -> Commands:
     train_args = commands.train_args(
         commands.TPU_CLUSTER_FLAGS, args.config, args.workdir, args.overrides
     )
-    return [commands.ssh(*_where(args), "all", remote.train(train_args))]
+    return [commands.ssh(*_where(args), "all", remote.train(train_args), bool(args.queued))]
 
 
 def _status(args: argparse.Namespace) -> Commands:
     return [
         commands.describe(*_where(args), args.queued),
-        commands.ssh(*_where(args), "all", remote.status()),
+        commands.ssh(*_where(args), "all", remote.status(), args.queued),
     ]
 
 
 def _logs(args: argparse.Namespace) -> Commands:
-    return [commands.ssh(*_where(args), args.worker, remote.logs(args.lines, args.follow))]
+    script = remote.logs(args.lines, args.follow)
+    return [commands.ssh(*_where(args), args.worker, script, args.queued)]
 
 
 def _stop(args: argparse.Namespace) -> Commands:
-    return [commands.ssh(*_where(args), "all", remote.stop(args.grace))]
+    return [commands.ssh(*_where(args), "all", remote.stop(args.grace), args.queued)]
 
 
 def _delete(args: argparse.Namespace) -> Commands:
     return [commands.delete(*_where(args), args.queued, args.yes)]
+
+
+def _run(args: argparse.Namespace) -> int:
+    """`launch run`: with --dry-run, the first attempt's commands; else the watched job."""
+    create, setup, train = _create(args), _setup(args), _train(args)
+    if args.dry_run:
+        return runner.run_commands([*create, *setup, *train], dry_run=True)
+    return job.run_job(
+        _where(args),
+        args.queued,
+        create[0],
+        setup,
+        train[0],
+        max_restarts=args.max_restarts,
+        poll=args.poll,
+    )
 
 
 _TPU_SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], Commands]] = {
@@ -393,6 +526,8 @@ def main(
         return int(exit_.code or 0)
     if args.command == "train" and args.backend == "local":
         return _train_local(args, local_program)
+    if args.command == "run":
+        return _run(args)
     return runner.run_commands(_TPU_SUBCOMMANDS[args.command](args), args.dry_run)
 
 

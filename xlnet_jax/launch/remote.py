@@ -15,9 +15,14 @@ TARBALL = "xlnet-jax-src.tar.gz"  # Where `setup` copies the source, relative to
 LOG_DIR = "~/xlnet-jax-logs"
 LOG_FILE = f"{LOG_DIR}/train-$(hostname).log"  # One per worker, named by its hostname.
 PID_FILE = f"{LOG_DIR}/train.pid"
+EXIT_FILE = f"{LOG_DIR}/train.exit"  # The trainer's exit code, written when it ends.
 
 # True when the pid file names a live xlnet-jax process (not a stale, reused pid).
 _RUNNING = f'pid=$(cat {PID_FILE} 2>/dev/null) && grep -qs xlnet-jax "/proc/$pid/cmdline"'
+
+
+# The installer itself is pinned too; everything else comes from setup.py's exact pins.
+PIP_PIN = "pip==26.3"
 
 
 def _install_python(python: str) -> str:
@@ -33,7 +38,7 @@ def _install_project(python: str) -> str:
     """Creates the venv once, then installs the checked-out project with the tpu extra."""
     return (
         f"if [ ! -x {VENV}/bin/python ]; then {shlex.quote(python)} -m venv {VENV} || exit 1; fi; "
-        f"cd {PROJECT_DIR} && {VENV}/bin/pip install -q -U pip && "
+        f"cd {PROJECT_DIR} && {VENV}/bin/pip install -q {PIP_PIN} && "
         f"{VENV}/bin/pip install -q -e '.[tpu]'"
     )
 
@@ -64,16 +69,31 @@ def train(train_args: Sequence[str]) -> str:
 
     Refuses to start a second run on a worker that is still training. The process
     outlives the ssh session (nohup, all three streams redirected) and its pid goes to
-    PID_FILE for `status` and `stop`.
+    PID_FILE for `status` and `stop`. A wrapping bash passes SIGTERM on to the trainer
+    (so `stop` still lets it checkpoint) and writes its exit code to EXIT_FILE, which
+    `launch run` reads to tell a finished run from a lost one.
     """
+    trainer = f"{VENV}/bin/xlnet-jax {shlex.join(train_args)}"
+    wrapper = (
+        f"trap 'kill -TERM $c' TERM; {trainer} & c=$!; wait $c; s=$?; "
+        f"while kill -0 $c 2>/dev/null; do wait $c; s=$?; done; echo $s > {EXIT_FILE}"
+    )
     return (
         f"mkdir -p {LOG_DIR} || exit 1; "
         f'if {_RUNNING}; then echo "$(hostname): already training (pid $pid); stop it first" >&2; '
         "exit 1; fi; "
-        f"cd {PROJECT_DIR} || exit 1; "
-        f"nohup {VENV}/bin/xlnet-jax {shlex.join(train_args)} > {LOG_FILE} 2>&1 < /dev/null & "
+        f"cd {PROJECT_DIR} || exit 1; rm -f {EXIT_FILE}; "
+        f"nohup bash -c {shlex.quote(wrapper)} > {LOG_FILE} 2>&1 < /dev/null & "
         f"echo $! > {PID_FILE}; "
         f'echo "$(hostname): training (pid $!), log {LOG_FILE}"'
+    )
+
+
+def outcome() -> str:
+    """Prints `running`, `exit N` (the trainer's code) or `absent` (never started or lost)."""
+    return (
+        f'if {_RUNNING}; then echo running; elif [ -f {EXIT_FILE} ]; then echo "exit $(cat '
+        f'{EXIT_FILE})"; else echo absent; fi'
     )
 
 

@@ -1,0 +1,180 @@
+"""The pod launcher: software version per TPU generation, slice flags, multislice and
+queued-resource ssh, and `launch run`'s preemption loop against a stand-in gcloud."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from xlnet_jax.launch import job, pod
+from xlnet_jax.launch.pod import _parse
+
+WHERE = ["--name", "xl", "--zone", "europe-west4-a"]
+
+
+def dry_run(capsys, *argv: str) -> str:
+    assert pod.main([*argv, "--dry-run"]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "accelerator, version",
+    [
+        ("v2-8", "tpu-ubuntu2204-base"),
+        ("v3-32", "tpu-ubuntu2204-base"),
+        ("v4-16", "tpu-ubuntu2204-base"),
+        ("v5litepod-16", "v2-alpha-tpuv5-lite"),
+        ("v5e-8", "v2-alpha-tpuv5-lite"),
+        ("v5p-32", "v2-alpha-tpuv5"),
+        ("v6e-8", "v2-alpha-tpuv6e"),
+    ],
+)
+def test_create_picks_the_software_version_of_the_generation(capsys, accelerator, version):
+    out = dry_run(capsys, "create", *WHERE, "--accelerator-type", accelerator)
+    assert out == (
+        f"gcloud compute tpus tpu-vm create xl --zone=europe-west4-a "
+        f"--accelerator-type={accelerator} --version={version}\n"
+    )
+
+
+def test_the_version_is_overridable_and_an_unknown_generation_asks_for_it(capsys):
+    out = dry_run(
+        capsys, "create", *WHERE, "--accelerator-type", "v5p-8", "--runtime-version", "my-image"
+    )
+    assert out.endswith("--version=my-image\n")
+    assert pod.main(["create", *WHERE, "--accelerator-type", "v9x-8", "--dry-run"]) == 2
+    assert "pass --runtime-version" in capsys.readouterr().err
+
+
+def test_create_flags_and_multislice(capsys):
+    out = dry_run(
+        capsys, "create", *WHERE, "--accelerator-type", "v5litepod-16", "--spot", "--reserved",
+        "--service-account", "trainer@proj.iam.gserviceaccount.com", "--scopes", "cloud-platform",
+        "--network", "net", "--subnetwork", "sub", "--internal-ips", "--labels", "team=nlp,run=a",
+    )  # fmt: skip
+    assert out == (
+        "gcloud compute tpus tpu-vm create xl --zone=europe-west4-a "
+        "--accelerator-type=v5litepod-16 --version=v2-alpha-tpuv5-lite "
+        "--service-account=trainer@proj.iam.gserviceaccount.com --scopes=cloud-platform "
+        "--network=net --subnetwork=sub --labels=team=nlp,run=a --internal-ips --reserved --spot\n"
+    )
+    out = dry_run(
+        capsys, "create", *WHERE, "--accelerator-type", "v5p-64", "--queued", "--node-count",
+        "2", "--node-prefix", "xl-slice", "--spot",
+    )  # fmt: skip
+    assert out == (
+        "gcloud compute tpus queued-resources create xl --node-count=2 --node-prefix=xl-slice "
+        "--zone=europe-west4-a --accelerator-type=v5p-64 --runtime-version=v2-alpha-tpuv5 "
+        "--spot\n"
+    )
+    assert pod.main(["create", *WHERE, "--accelerator-type", "v4-8", "--node-count", "2"]) == 2
+    assert "a multislice needs --queued" in capsys.readouterr().err
+
+
+def test_preemptible_is_marked_legacy(capsys):
+    assert pod.main(["create", "--help"]) == 0
+    assert "legacy preemptible TPU VM; prefer --spot" in " ".join(capsys.readouterr().out.split())
+
+
+def test_queued_workers_are_reached_on_every_node(capsys):
+    out = dry_run(capsys, "logs", *WHERE, "--queued", "--worker", "all", "--lines", "5")
+    assert out == (
+        "gcloud compute tpus queued-resources ssh xl --zone=europe-west4-a --node=all "
+        "--worker=all --command 'tail -n 5 ~/xlnet-jax-logs/train-$(hostname).log'\n"
+    )
+    out = dry_run(capsys, "setup", *WHERE, "--queued")
+    assert "gcloud compute tpus queued-resources scp /tmp/xlnet-jax-src.tar.gz " in out
+    assert out.count("--node=all") == 2
+
+
+# --- launch run against a stand-in gcloud --------------------------------------------------
+
+FAKE_GCLOUD = """
+import json, os, sys
+state_file = os.environ["FAKE_GCLOUD_STATE"]
+s = json.load(open(state_file))
+args = sys.argv[1:]
+s["calls"].append(" ".join(args[:5]))
+verb = args[3]
+if verb == "describe":
+    if s["state"] is None:
+        print("ERROR: NOT_FOUND", file=sys.stderr); code = 1
+    else:
+        print(s["state"]); code = 0
+elif verb == "create":
+    s["state"], code = "READY", 0
+elif verb == "delete":
+    s["state"], code = None, 0
+else:  # ssh
+    script = args[args.index("--command") + 1]
+    code = 0
+    if "train.exit" in script and "nohup" in script:
+        s["trains"] += 1
+    elif "train.exit" in script:  # the outcome poll
+        if s["trains"] <= s["preempt"]:
+            s["state"] = "PREEMPTED"; print("running")
+        else:
+            print(f"exit {s['exit']}")
+json.dump(s, open(state_file, "w"))
+sys.exit(code)
+"""
+
+
+def run_job(tmp_path, monkeypatch, *, preempt: int, exit_code: int = 0, max_restarts: int = 2):
+    """`launch run` with a stand-in gcloud whose slice is preempted `preempt` times."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    gcloud = bin_dir / "gcloud"
+    gcloud.write_text(f"#!{sys.executable}\n{FAKE_GCLOUD}")
+    gcloud.chmod(0o755)
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps({"state": None, "calls": [], "trains": 0, "preempt": preempt, "exit": exit_code})
+    )
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GCLOUD_STATE", str(state))
+    args = _parse(
+        ["run", *WHERE, "--accelerator-type", "v4-32", "--spot", "--repo", "https://x/y.git",
+         "--config", "configs/base.py", "--workdir", "gs://b/run", f"--max-restarts={max_restarts}"]
+    )  # fmt: skip
+    create, setup, train = pod._create(args), pod._setup(args), pod._train(args)
+    code = job.run_job(
+        pod._where(args), False, create[0], setup, train[0],
+        max_restarts=max_restarts, poll=0, sleep=lambda _: None,
+    )  # fmt: skip
+    return code, json.loads(Path(state).read_text())
+
+
+def test_run_recreates_and_resumes_after_a_preemption(tmp_path, monkeypatch, capsys):
+    code, state = run_job(tmp_path, monkeypatch, preempt=1)
+    assert code == 0
+    verbs = [call.split()[3] for call in state["calls"]]
+    assert verbs == [
+        "describe", "create", "describe", "ssh", "ssh",  # create, setup, train
+        "describe", "ssh",  # watch: preempted while training
+        "describe", "delete", "create", "describe", "ssh", "ssh",  # recreate, setup, train
+        "describe", "ssh",  # watch: finished
+    ]  # fmt: skip
+    assert state["trains"] == 2
+    err = capsys.readouterr().err
+    assert "the slice is PREEMPTED: deleting it to recreate it" in err
+    assert "training ended with exit code 0" in err
+
+
+def test_run_gives_up_after_its_retry_limit(tmp_path, monkeypatch, capsys):
+    code, state = run_job(tmp_path, monkeypatch, preempt=99, max_restarts=2)
+    assert code == 1
+    assert state["trains"] == 3
+    assert [c.split()[3] for c in state["calls"]].count("create") == 3
+    assert (
+        "launch run: error: the slice was lost (PREEMPTED) 3 time(s); gave up after "
+        "--max-restarts=2" in capsys.readouterr().err
+    )
+
+
+def test_a_failing_trainer_is_not_retried(tmp_path, monkeypatch, capsys):
+    code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=3)
+    assert code == 3 and state["trains"] == 1
+    assert "training ended with exit code 3" in capsys.readouterr().err
