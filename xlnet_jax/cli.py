@@ -78,6 +78,13 @@ def _define_train(fv: flags.FlagValues) -> None:
     )
     flags.DEFINE_integer("process_id", None, "This process's index in that run.", flag_values=fv)
     flags.DEFINE_integer(
+        "heartbeat_timeout",
+        100,
+        "Seconds without a heartbeat after which jax.distributed declares a process dead "
+        "and stops the others (which would otherwise wait in a collective forever).",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
         "num_cpu_devices",
         None,
         "Simulated CPU devices per process (tests, pod rehearsal).",
@@ -101,9 +108,10 @@ def _setup_jax(fv: flags.FlagValues) -> None:
             coordinator_address=fv.coordinator_address,
             num_processes=fv.num_processes,
             process_id=fv.process_id,
+            heartbeat_timeout_seconds=fv.heartbeat_timeout,
         )
     elif fv.distributed:
-        jax.distributed.initialize()
+        jax.distributed.initialize(heartbeat_timeout_seconds=fv.heartbeat_timeout)
 
 
 def _config(fv: flags.FlagValues):
