@@ -88,8 +88,8 @@ def test_a_killed_process_stops_the_survivor_in_bounded_time(killed):
 def test_after_a_kill_a_rerun_resumes_and_sigterm_to_one_process_saves_everywhere(killed):
     workdir = killed[0]
     processes = _start(workdir, *SHORT, slow=0.3)
-    # Once the processes are stepping: JAX picks the save step from the steps they report.
-    _wait_for(lambda: "step 4/8" in _log(workdir, 0), processes, workdir)
+    # As early as possible: while the resumed run restores and compiles.
+    _wait_for(lambda: "Resumed from step" in _log(workdir, 1), processes, workdir)
     steps_before = set(_steps(workdir))
     processes[1].send_signal(signal.SIGTERM)  # a preemption notice on one host only
     codes = [p.wait(timeout=200) for p in processes]

@@ -230,7 +230,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                 state, metrics = step_fn(state, batch)
             pending.append(metrics)
             done = step + 1
-            stop = preemption.requested(done)
+            # Steps counted from this run's start: JAX's sync protocol puts the save at one
+            # past the highest count reported, so a notice that arrives while a resumed
+            # run restores or compiles (count 0) must not point at an absolute step long past.
+            stop = preemption.requested(done - start_step)
             save = stop or done % config.checkpoint_every == 0 or done == config.num_train_steps
             # A due save fetches the metrics first: a non-finite step must stop the run
             # before a checkpoint of its state is written.
