@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.kernels.relative_attention import relative_attention
 
 # Added to blocked scores before the softmax; exp() of it is exactly 0 in float32.
 _BLOCKED = -1e30
@@ -54,6 +55,14 @@ def query_rows(
     )
 
 
+class KernelRows(NamedTuple):
+    """What one stream's query rows need on the Pallas path: O(B·L) vectors, no [B, Q, K] mask."""
+
+    positions: jax.Array | None  # int32 [B, P] for the query stream; None: content (arange(L)).
+    row: jax.Array  # int32 [B, Q, ROW_FIELDS] (kernels.masks.row_info).
+    key: jax.Array  # int32 [B, KEY_FIELDS, K] (kernels.masks.key_info).
+
+
 class RelativeBiases(nn.Module):
     """The r_w (content), r_r (position) and r_s (segment) query biases, [N, H] each."""
 
@@ -80,6 +89,9 @@ class TwoStreamRelativeAttention(nn.Module):
     square of rows). The content stream passes positions arange(L); the query stream passes
     the P target positions, so its cost is O(P * K), never O(L * K).
 
+    Rows given as KernelRows run through the Pallas kernel (kernels.relative_attention)
+    instead, which computes the same scores tile by tile without dropatt.
+
     Attributes:
       config: the model config.
       deterministic: disables dropout and dropatt.
@@ -95,8 +107,8 @@ class TwoStreamRelativeAttention(nn.Module):
         g: jax.Array,
         mem: jax.Array,
         pos_emb: jax.Array,
-        content: QueryRows,
-        query: QueryRows,
+        content: QueryRows | KernelRows,
+        query: QueryRows | KernelRows,
         shared_biases: tuple[jax.Array, jax.Array, jax.Array] | None,
     ) -> tuple[jax.Array, jax.Array]:
         """Runs one layer's attention for both streams.
@@ -106,8 +118,9 @@ class TwoStreamRelativeAttention(nn.Module):
           g: [B, P, D] query stream at the targets.
           mem: [B, M, D] memory of this layer (prepended to the keys, always visible).
           pos_emb: [1 or B, K + L, D] relative encodings (per row when bi_data).
-          content: QueryRows of the content stream (positions arange(L)).
-          query: QueryRows of the query stream (positions = targets).
+          content: QueryRows (XLA) or KernelRows (Pallas) of the content stream (positions
+            arange(L)).
+          query: the same for the query stream (positions = targets).
           shared_biases: (r_w, r_r, r_s) shared by all layers, or None to own them (untie_r).
 
         Returns:
@@ -144,10 +157,16 @@ class TwoStreamRelativeAttention(nn.Module):
         k_r = jnp.einsum("brd,dnh->brnh", pos_emb, w_r)
         num_keys, seg_len = k.shape[1], h.shape[1]
 
-        def attend(x: jax.Array, rows: QueryRows, rows_axis: str) -> jax.Array:
+        def attend(x: jax.Array, rows: QueryRows | KernelRows, rows_axis: str) -> jax.Array:
             """Attention of the query rows x [B, Q, D] over all keys; returns [B, Q, D]."""
             q = jnp.einsum("bqd,dnh->bqnh", x, w_q)
             q = nn.with_logical_constraint(q, ("batch", rows_axis, "heads", "kv"))
+            if isinstance(rows, KernelRows):
+                biases = (r_w_bias, r_r_bias, r_s_bias)
+                out = relative_attention(
+                    q, k, v, k_r, biases, seg_embed, rows.row, rows.key, rows.positions
+                )
+                return finish(out, x)
             f32 = jnp.float32
             content_score = jnp.einsum(
                 "bqnh,bknh->bnqk", q + r_w_bias, k, preferred_element_type=f32
@@ -166,7 +185,10 @@ class TwoStreamRelativeAttention(nn.Module):
             score = (content_score + pos_score + seg_score) * (cfg.d_head**-0.5)
             score = jnp.where(rows.blocked[:, None], _BLOCKED, score)
             prob = attn_dropout(jax.nn.softmax(score, axis=-1), deterministic=self.deterministic)
-            out = jnp.einsum("bnqk,bknh->bqnh", prob.astype(dtype), v)
+            return finish(jnp.einsum("bnqk,bknh->bqnh", prob.astype(dtype), v), x)
+
+        def finish(out: jax.Array, x: jax.Array) -> jax.Array:
+            """Output projection of the heads [B, Q, N, H], dropout, residual, LayerNorm."""
             out = jnp.einsum("bqnh,dnh->bqd", out, w_o)
             out = hidden_dropout(out, deterministic=self.deterministic)
             return layer_norm(out + x)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from xlnet_jax.attention import (
+    KernelRows,
     QueryRows,
     RelativeBiases,
     TwoStreamRelativeAttention,
@@ -17,10 +18,12 @@ from xlnet_jax.attention import (
     query_rows,
 )
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.kernels import masks
 from xlnet_jax.position import default_backward_rows, relative_positional_encoding
 
 ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "relu": jax.nn.relu}
 DTYPES = ("float32", "bfloat16")
+ATTENTION_IMPLS = ("xla", "pallas", "auto")
 
 
 def validate_model_config(cfg: ModelConfig) -> None:
@@ -46,6 +49,23 @@ def validate_model_config(cfg: ModelConfig) -> None:
     for name in ("dropout", "dropatt"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {getattr(cfg, name)}")
+    if cfg.attention_impl not in ATTENTION_IMPLS:
+        raise ValueError(
+            f"attention_impl must be one of {ATTENTION_IMPLS}, got {cfg.attention_impl!r}"
+        )
+    if cfg.attention_impl == "pallas" and cfg.dropatt > 0:
+        raise ValueError(
+            f"attention_impl: the pallas kernel has no attention dropout; set dropatt=0 "
+            f"(got {cfg.dropatt}) or use attention_impl='xla'"
+        )
+
+
+def uses_kernel(cfg: ModelConfig) -> bool:
+    """Whether attention runs through the Pallas kernel: "pallas", or "auto" on a TPU
+    default backend without dropatt (the kernel has none)."""
+    if cfg.attention_impl == "auto":
+        return jax.default_backend() == "tpu" and cfg.dropatt == 0
+    return cfg.attention_impl == "pallas"
 
 
 def update_memory(
@@ -119,6 +139,16 @@ class FeedForward(nn.Module):
         )(y + x)
 
 
+def _kernel_rows(order: masks.PermOrder, seg_ids, target_pos, mem_len):
+    """KernelRows of the content stream (every position, sees itself) and of the query
+    stream (the targets): O(B·L) vectors only."""
+    key = masks.key_info(order, seg_ids, mem_len)
+    positions = jnp.broadcast_to(jnp.arange(seg_ids.shape[1]), seg_ids.shape)
+    content = KernelRows(None, masks.row_info(order, seg_ids, positions, True), key)
+    query = KernelRows(target_pos, masks.row_info(order, seg_ids, target_pos, False), key)
+    return content, query
+
+
 def _stream_rows(perm_mask, seg_ids, target_pos, mem_len) -> tuple[QueryRows, QueryRows]:
     """The query rows of the content stream (every position, sees itself) and of the query
     stream (the targets, perm_mask rows as they are)."""
@@ -172,7 +202,13 @@ def _check_inputs(cfg: ModelConfig, input_ids, seg_ids, perm_mask, target_pos, m
     batch, length = input_ids.shape
     if seg_ids.shape != (batch, length):
         raise ValueError(f"seg_ids must have shape {(batch, length)}, got {seg_ids.shape}")
-    if perm_mask.shape != (batch, length, length):
+    if isinstance(perm_mask, masks.PermOrder):
+        for name, field in perm_mask._asdict().items():
+            if field.shape != (batch, length):
+                raise ValueError(f"perm_mask.{name} must have shape {(batch, length)}")
+    elif uses_kernel(cfg):
+        raise ValueError("attention_impl pallas needs perm_mask as a PermOrder (plm.perm_order)")
+    elif perm_mask.shape != (batch, length, length):
         raise ValueError(
             f"perm_mask must have shape {(batch, length, length)}, got {perm_mask.shape}"
         )
@@ -211,7 +247,7 @@ class XLNetLM(nn.Module):
         self,
         input_ids: jax.Array,
         seg_ids: jax.Array,
-        perm_mask: jax.Array,
+        perm_mask: jax.Array | masks.PermOrder,
         target_pos: jax.Array,
         mems: jax.Array,
         is_backward: jax.Array | None = None,
@@ -224,7 +260,8 @@ class XLNetLM(nn.Module):
           input_ids: int32 [B, L] tokens (the content stream sees the real tokens).
           seg_ids: int32 [B, L] token types (A=0, B=1, CLS=2); memory counts as type 0.
           perm_mask: bool [B, L, L], True where query i may NOT attend key j (query-stream
-            semantics; the content stream also always sees itself).
+            semantics; the content stream also always sees itself); or the same as a
+            masks.PermOrder of O(B·L) vectors, which the Pallas path requires.
           target_pos: int32 [B, P], positions of the P target rows (query stream).
           mems: float32 [n_layer, B, M, D] memory, always fully visible; M may be 0.
           is_backward: bool [B] or None; with config.bi_data, rows that use negated relative
@@ -269,7 +306,12 @@ class XLNetLM(nn.Module):
         )
         pos_emb = dropout(pos_emb, deterministic=deterministic).astype(dtype)
 
-        content, query = _stream_rows(perm_mask.astype(bool), seg_ids, target_pos, mem_len)
+        if uses_kernel(cfg):
+            content, query = _kernel_rows(perm_mask, seg_ids, target_pos, mem_len)
+        else:
+            if isinstance(perm_mask, masks.PermOrder):
+                perm_mask = perm_mask.dense()
+            content, query = _stream_rows(perm_mask.astype(bool), seg_ids, target_pos, mem_len)
         shared_biases = None if cfg.untie_r else RelativeBiases(cfg, name="rel_biases")()
         layer_cls = nn.remat(XLNetLayer, prevent_cse=False) if cfg.remat else XLNetLayer
         layers = nn.scan(

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from xlnet_jax import plm_spans
+from xlnet_jax.kernels.masks import UNORDERED, PermOrder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,3 +253,15 @@ def perm_mask(sample: PLMSample, is_functional: jax.Array, reuse_len: int) -> ja
     # Rows of the reuse block: blocked from the whole new block. Rows of the new block:
     # the whole reuse block is visible.
     return jnp.where(in_reuse[:, None], later | ~in_reuse[None, :], later & ~in_reuse[None, :])
+
+
+@functools.partial(jax.jit, static_argnames="reuse_len")
+def perm_order(sample: PLMSample, is_functional: jax.Array, reuse_len: int) -> PermOrder:
+    """perm_mask as O(B·L) vectors (PermOrder.dense() equals perm_mask), for the kernel."""
+    ranks = sample.ranks
+    block = (jnp.arange(ranks.shape[-1]) >= reuse_len).astype(jnp.int32)
+    return PermOrder(
+        self_rank=jnp.where(sample.is_target, ranks, ranks + 1),
+        key_rank=jnp.where(sample.is_target | is_functional, ranks, UNORDERED),
+        block=jnp.broadcast_to(block, ranks.shape),
+    )

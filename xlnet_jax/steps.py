@@ -12,7 +12,7 @@ import ml_collections
 import optax
 
 from xlnet_jax import plm
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.model import XLNetLM, uses_kernel
 from xlnet_jax.train_state import TrainState
 
 # Codes of the `nonfinite` metric: which quantity went non-finite first.
@@ -48,7 +48,8 @@ def sample_targets(batch: dict, key: jax.Array, config: ml_collections.ConfigDic
 
 def _forward(model, params, batch, sample, mems, dropout_key, reuse_len, *, deterministic):
     """Runs the two-stream model on `batch` with its PLM sample; returns (terms, new_mems)."""
-    mask = plm.perm_mask(sample, batch["is_functional"], reuse_len)
+    mask_fn = plm.perm_order if uses_kernel(model.config) else plm.perm_mask
+    mask = mask_fn(sample, batch["is_functional"], reuse_len)
     logits, new_mems = model.apply(
         {"params": params},
         batch["input_ids"],

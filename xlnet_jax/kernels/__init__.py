@@ -1,0 +1,1 @@
+"""Pallas kernels: XLNet's relative attention without [Q, K] score tensors in HBM."""

@@ -1,0 +1,73 @@
+"""The permutation mask as O(B·L) vectors, and their per-row / per-key form for the kernel.
+
+A `PermOrder` says everything `plm.perm_mask` says in three int32 [B, L] vectors:
+query i may NOT attend segment key j iff
+
+    block[i] < block[j]  or  (block[i] == block[j] and self_rank[i] <= key_rank[j])
+
+(block 0 is the reuse block, 1 the new block; a key outside the order has key_rank
+UNORDERED, below every self rank). The content stream additionally sees itself; memory
+keys are always visible. The kernel rebuilds a mask tile from these vectors, so no
+[B, Q, K] mask exists on its path; `dense()` is the [B, L, L] mask for the XLA path.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+# key_rank of a key outside the factorization order: every row sees it.
+UNORDERED = -(2**30)
+# Position of a memory key, and of a row that does not see itself (query stream).
+NO_KEY_POSITION = -(2**30)
+NO_ROW_POSITION = -(2**30) + 1
+# block of a memory key: below every segment block, so always visible.
+MEMORY_BLOCK = -1
+
+# Columns of the row info [B, Q, ROW_FIELDS] and rows of the key info [B, KEY_FIELDS, K].
+SELF_RANK, ROW_BLOCK, ROW_POSITION, ROW_SEGMENT = range(4)
+KEY_RANK, KEY_BLOCK, KEY_POSITION, KEY_SEGMENT = range(4)
+ROW_FIELDS = KEY_FIELDS = 4
+
+
+class PermOrder(NamedTuple):
+    """A permutation mask of a batch as O(B·L) int32 vectors (see the module doc)."""
+
+    self_rank: jax.Array  # int32 [B, L]
+    key_rank: jax.Array  # int32 [B, L]; UNORDERED outside the order
+    block: jax.Array  # int32 [B, L]; 0 reuse block, 1 new block
+
+    def dense(self) -> jax.Array:
+        """bool [B, L, L], True where query i may not attend key j (plm.perm_mask's form)."""
+        row_block, key_block = self.block[:, :, None], self.block[:, None, :]
+        later = self.self_rank[:, :, None] <= self.key_rank[:, None, :]
+        return (row_block < key_block) | ((row_block == key_block) & later)
+
+
+def row_info(order: PermOrder, seg_ids: jax.Array, positions: jax.Array, sees_self: bool):
+    """int32 [B, Q, ROW_FIELDS]: what the kernel needs of the query rows at `positions` [B, Q]."""
+
+    def at_rows(x):
+        return jnp.take_along_axis(x, positions, axis=1)
+
+    own_position = positions if sees_self else jnp.full_like(positions, NO_ROW_POSITION)
+    fields = (at_rows(order.self_rank), at_rows(order.block), own_position, at_rows(seg_ids))
+    return jnp.stack([f.astype(jnp.int32) for f in fields], axis=-1)
+
+
+def key_info(order: PermOrder, seg_ids: jax.Array, mem_len: int) -> jax.Array:
+    """int32 [B, KEY_FIELDS, M + L]: the keys [memory ; segment]; memory is type 0, visible."""
+    batch, length = seg_ids.shape
+
+    def keys(memory_value, segment_values):
+        memory = jnp.full((batch, mem_len), memory_value, jnp.int32)
+        return jnp.concatenate([memory, segment_values.astype(jnp.int32)], axis=1)
+
+    positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+    fields = (
+        keys(UNORDERED, order.key_rank),
+        keys(MEMORY_BLOCK, order.block),
+        keys(NO_KEY_POSITION, positions),
+        keys(0, seg_ids),
+    )
+    return jnp.stack(fields, axis=1)

@@ -1,0 +1,112 @@
+"""One [block, block] score tile of XLNet relative attention, shared by forward and backward.
+
+A tile covers query rows [ib * b, (ib + 1) * b) and keys [jb * b, (jb + 1) * b) of
+[memory ; segment]. Its three terms come from O(b·H) inputs:
+  content     (q + r_w) . k;
+  positional  (q + r_r) . k_r[L - t + j]. For the content stream (t = i) the distances of a
+              tile form one window of 2b rows of the padded k_r; the tile is computed against
+              the window and shifted row by row with a strided roll (`shift_window`). The
+              query stream (targets at arbitrary t) passes a precomputed bias tile instead;
+  segment     (q + r_s) . seg_embed[same / other], precomputed as 2 columns per row.
+The mask comes from the row and key info vectors of `masks`.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from xlnet_jax.kernels import masks
+
+# Score of a blocked key, as the XLA path (exp of it is 0 unless the whole row is blocked).
+BLOCKED = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class TileSpec:
+    """Static shape facts of one kernel call.
+
+    Attributes:
+      block: b, rows and keys per tile.
+      scale: 1 / sqrt(d_head).
+      num_keys: K, real keys (the rest of the last key block is padding, never attended).
+      window_offset: content stream: index in the padded k_r of the window of tile (0, 0);
+        tile (ib, jb) starts (jb - ib) * b further. None: the query stream (bias tiles).
+    """
+
+    block: int
+    scale: float
+    num_keys: int
+    window_offset: int | None
+
+    @property
+    def windowed(self) -> bool:
+        return self.window_offset is not None
+
+
+def dot_t(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a @ b.T in float32 ([m, h] x [n, h] -> [m, n])."""
+    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def t_dot(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a.T @ b in float32 ([m, n] x [m, h] -> [n, h])."""
+    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def window(kr_ref, spec: TileSpec, ib, jb) -> tuple[jax.Array, jax.Array]:
+    """(start, k_r rows [2b, H]) of the positional window of tile (ib, jb); start is b-aligned."""
+    b = spec.block
+    start = pl.multiple_of(spec.window_offset + (jb - ib) * b, b)
+    return start, kr_ref[pl.ds(start, 2 * b), :]
+
+
+def shift_window(wide: jax.Array) -> jax.Array:
+    """[b, 2b] scores against a window -> [b, b] tile: out[a, c] = wide[a, b - 1 - a + c]."""
+    b = wide.shape[0]
+    return pltpu.roll(wide, b + 1, 1, stride=1, stride_axis=0)[:, :b]
+
+
+def unshift_window(tile: jax.Array) -> jax.Array:
+    """The transpose of shift_window: [b, b] -> [b, 2b], zero where no key maps."""
+    b = tile.shape[0]
+    wide = jnp.concatenate([tile, jnp.zeros_like(tile)], axis=1)
+    return pltpu.roll(wide, b - 1, 1, stride=2 * b - 1, stride_axis=0)
+
+
+def scores(spec: TileSpec, jb, qw, pos, seg, row, k, key):
+    """Scaled, masked scores of one tile.
+
+    Args:
+      spec: the static TileSpec.
+      jb: key block index.
+      qw: [b, H] q + r_w of the rows; k: [b, H] keys.
+      pos: float32 [b, b] positional scores of the tile (shifted window or bias tile).
+      seg: float32 [b, 2] segment scores of the rows against seg_embed[same], [other].
+      row: int32 [b, ROW_FIELDS]; key: int32 [KEY_FIELDS, b].
+
+    Returns:
+      (scores float32 [b, b], dead bool [b, b]: blocked or padding, other bool [b, b]:
+      the key lies in another segment). Padding keys score -inf so that even a fully
+      blocked row spreads over the real keys only, as the XLA path does.
+    """
+
+    def row_field(i):
+        return row[:, i : i + 1]
+
+    def key_field(i):
+        return key[i : i + 1, :]
+
+    other = row_field(masks.ROW_SEGMENT) != key_field(masks.KEY_SEGMENT)
+    seg_term = jnp.where(other, seg[:, 1:2], seg[:, 0:1])
+    s = (dot_t(qw, k) + pos + seg_term) * spec.scale
+    row_block, key_block = row_field(masks.ROW_BLOCK), key_field(masks.KEY_BLOCK)
+    later = row_field(masks.SELF_RANK) <= key_field(masks.KEY_RANK)
+    blocked = (row_block < key_block) | ((row_block == key_block) & later)
+    blocked &= row_field(masks.ROW_POSITION) != key_field(masks.KEY_POSITION)
+    column = jb * spec.block + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+    padding = column >= spec.num_keys
+    s = jnp.where(blocked, BLOCKED, s)
+    return jnp.where(padding, -jnp.inf, s), blocked | padding, other
