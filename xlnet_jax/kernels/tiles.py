@@ -70,10 +70,19 @@ def shift_window(wide: jax.Array) -> jax.Array:
 
 
 def unshift_window(tile: jax.Array) -> jax.Array:
-    """The transpose of shift_window: [b, b] -> [b, 2b], zero where no key maps."""
+    """The transpose of shift_window: [b, b] -> [b, 2b], zero where no key maps.
+
+    Row a moves right by b - 1 - a, a stride of -1 that Mosaic's strided roll cannot do
+    (its per-vreg shift must stay under 128 lanes). So all rows move by b - 1, then a
+    barrel shifter moves row a left by a: for each bit of a, a uniform roll and a select.
+    """
     b = tile.shape[0]
-    wide = jnp.concatenate([tile, jnp.zeros_like(tile)], axis=1)
-    return pltpu.roll(wide, b - 1, 1, stride=2 * b - 1, stride_axis=0)
+    wide = pltpu.roll(jnp.concatenate([tile, jnp.zeros_like(tile)], axis=1), b - 1, 1)
+    row = jax.lax.broadcasted_iota(jnp.int32, wide.shape, 0)
+    for bit in range((b - 1).bit_length()):
+        step = 1 << bit
+        wide = jnp.where((row & step) != 0, pltpu.roll(wide, 2 * b - step, 1), wide)
+    return wide
 
 
 def scores(spec: TileSpec, jb, qw, pos, seg, row, k, key):
