@@ -7,6 +7,7 @@ tile is shrunk to 8 so that every case spans several query and key blocks with p
 """
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -16,11 +17,12 @@ import pytest
 
 from xlnet_jax import plm
 from xlnet_jax.attention import RelativeBiases, TwoStreamRelativeAttention
-from xlnet_jax.config import ModelConfig
+from xlnet_jax.config import ModelConfig, default_config
 from xlnet_jax.kernels import masks
 from xlnet_jax.kernels import relative_attention as kernel_module
-from xlnet_jax.model import _kernel_rows, _stream_rows
+from xlnet_jax.model import XLNetLM, _kernel_rows, _stream_rows
 from xlnet_jax.position import default_backward_rows, relative_positional_encoding
+from xlnet_jax.validate import ConfigError, validate_config
 
 BASE = ModelConfig(
     vocab_size=32, d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=32, dropout=0.0, dropatt=0.0
@@ -145,3 +147,135 @@ def test_kernel_matches_xla(case, tile_of_8):
     for name, got, want in zip(("params", "shared", "inputs"), got_grads, want_grads, strict=True):
         if want is not None:
             assert max_rel_error(got, want) < 1e-4, name
+
+
+def test_reuse_block_never_sees_new_block(tile_of_8):
+    """Through the kernel, content rows of the reuse block get nothing from the new block."""
+    case = CASES[0]
+    module, params, _, (h, g, mem, pos_emb), _, kernel = layer_inputs(case)
+
+    def reuse_rows(h):
+        return run_layer(module, params, None, (h, g, mem, pos_emb), kernel)[0][:, : case.reuse_len]
+
+    def pull_ones(h):
+        out, pullback = jax.vjp(reuse_rows, h)
+        return pullback(jnp.ones_like(out))[0]
+
+    d_h = jax.jit(pull_ones, compiler_options=FAST_COMPILE)(h)
+    influence = np.abs(np.asarray(d_h)).sum(axis=-1)
+    assert (influence[:, case.reuse_len :] == 0).all()
+    assert (influence[:, : case.reuse_len] > 0).all()
+
+
+def test_perm_order_is_perm_mask():
+    """The kernel's O(B·L) vectors say what plm.perm_mask says, with and without a reuse block."""
+    for reuse_len in (0, 6):
+        rng = np.random.default_rng(reuse_len)
+        case = Case("mask", reuse_len=reuse_len)
+        ranks = np.full((case.batch, case.length), -1)
+        is_target = rng.random((case.batch, case.length)) < 0.4
+        is_functional = np.zeros_like(is_target)
+        is_functional[:, -2:] = True
+        block = (np.arange(case.length) >= reuse_len) * case.length
+        for b in range(case.batch):
+            ordered = is_target[b] | is_functional[b]
+            ranks[b] = np.where(ordered, rng.permutation(case.length) + block, -1)
+        sample = plm.PLMSample(jnp.asarray(ranks), jnp.asarray(is_target), None, None, None)
+        is_functional = jnp.asarray(is_functional)
+        want = plm.perm_mask(sample, is_functional, reuse_len)
+        got = plm.perm_order(sample, is_functional, reuse_len).dense()
+        assert want.any() and (~want).any()
+        np.testing.assert_array_equal(got, want)
+
+
+MODEL = dataclasses.replace(BASE, n_layer=2, mem_len=7, reuse_len=6, bi_data=True)
+
+
+def model_inputs(case: Case, cfg: ModelConfig):
+    """(inputs with the dense mask, inputs with the PermOrder, mems) of XLNetLM."""
+    rng = np.random.default_rng(3)
+    order, seg_ids, target_pos = random_order(rng, case)
+    ids = jnp.asarray(rng.integers(0, cfg.vocab_size, (case.batch, case.length)), jnp.int32)
+    rest = (jnp.asarray(target_pos),)
+    mems = rng.normal(size=(cfg.n_layer, case.batch, case.mem, cfg.d_model))
+    mems = jnp.asarray(mems, jnp.float32)
+    seg_ids = jnp.asarray(seg_ids)
+    return (ids, seg_ids, order.dense(), *rest), (ids, seg_ids, order, *rest), mems
+
+
+def test_model_through_kernel_matches_xla(tile_of_8):
+    """XLNetLM, attention_impl pallas vs xla: logits and new mems within 1e-5, every
+    param gradient within 1e-4 (two layers, memory, bi_data, two segments, reuse block)."""
+    case = Case("model", batch=4, mem=MODEL.mem_len, padded_targets=1)
+    dense, compact, mems = model_inputs(case, MODEL)
+    pallas = dataclasses.replace(MODEL, attention_impl="pallas")
+    shapes = jax.eval_shape(
+        functools.partial(XLNetLM(MODEL).init, deterministic=True), jax.random.key(0), *dense, mems
+    )
+    rng = np.random.default_rng(4)
+    params = jax.tree.map(
+        lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), jnp.float32), nn.unbox(shapes)
+    )
+
+    def run(cfg, inputs):
+        def loss(params):
+            logits, new_mems = XLNetLM(cfg).apply(params, *inputs, mems, deterministic=True)
+            return jnp.sum(jnp.sin(logits)), (logits, new_mems)
+
+        return jax.jit(jax.grad(loss, has_aux=True), compiler_options=FAST_COMPILE)(params)
+
+    got_grads, got_out = run(pallas, compact)
+    want_grads, want_out = run(MODEL, dense)
+    assert max_rel_error(got_out, want_out) < 1e-5
+    assert max_rel_error(got_grads, want_grads) < 1e-4
+
+
+def _avals(jaxpr):
+    """Every variable's abstract value in a jaxpr and its sub-jaxprs (scan, pallas, vjp...)."""
+    for eqn in jaxpr.eqns:
+        yield from (v.aval for v in eqn.outvars)
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else (param,):
+                sub = getattr(sub, "jaxpr", sub)
+                if isinstance(sub, jax.extend.core.Jaxpr):
+                    yield from _avals(sub)
+
+
+@pytest.mark.parametrize("impl", ["xla", "pallas"])
+def test_no_score_sized_array_on_kernel_path(impl, tile_of_8):
+    """The jaxpr of the model's gradient has no array with two dims of at least L (a
+    [B, Q, K], [B, L, L] or [B, N, L, K + L] score or mask) on the pallas path; the check
+    finds them on the XLA path."""
+    length = 20  # other widths stay below it: d_model, d_inner, heads, d_head, targets
+    case = Case("shapes", length=length, mem=MODEL.mem_len)
+    cfg = dataclasses.replace(MODEL, attention_impl=impl, d_inner=16)
+    dense, compact, mems = model_inputs(case, cfg)
+    inputs = compact if impl == "pallas" else dense
+    init = functools.partial(XLNetLM(cfg).init, deterministic=True)
+    params = jax.eval_shape(init, jax.random.key(0), *inputs, mems)
+
+    def loss(params):
+        return jnp.sum(XLNetLM(cfg).apply(params, *inputs, mems, deterministic=True)[0])
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(params).jaxpr
+    square = {a.shape for a in _avals(jaxpr) if sum(d >= length for d in a.shape) >= 2}
+    if impl == "pallas":
+        assert not square
+    else:
+        assert (case.batch, cfg.n_head, length, length + case.mem) in square
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(attention_impl="flash"), "config.attention_impl must be one of"),
+        (dict(attention_impl="pallas", dropatt=0.1), "config.attention_impl: the pallas kernel"),
+    ],
+)
+def test_attention_impl_is_validated_up_front(overrides, message):
+    config = default_config()
+    config.update(overrides)
+    with pytest.raises(ConfigError, match=message):
+        validate_config(config)
+    config.update(attention_impl="pallas", dropatt=0.0)
+    validate_config(config)

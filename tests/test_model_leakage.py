@@ -2,16 +2,19 @@
 
 The gradient of every target's logits w.r.t. each position's input (word) embedding is taken
 by adding an offset to the embedding output with `nn.intercept_methods`, so the model needs
-no test hook.
+no test hook. Both attention paths: XLA with the dense mask, the Pallas kernel (interpret
+mode) with the same mask as O(B·L) vectors.
 """
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.hf import param_shapes
+from xlnet_jax.kernels.masks import UNORDERED, PermOrder
 from xlnet_jax.model import TiedEmbedding, XLNetLM
 
 BATCH, LENGTH, NUM_PREDICT, MEM = 2, 10, 4, 3
@@ -26,18 +29,31 @@ def _order(rng: np.random.Generator):
     return rank, target_pos
 
 
-def test_targets_see_neither_themselves_nor_later_targets():
+@pytest.mark.parametrize("attention_impl", ["xla", "pallas"])
+def test_targets_see_neither_themselves_nor_later_targets(attention_impl):
     config = ModelConfig(
-        vocab_size=32, d_model=16, n_layer=2, n_head=2, d_head=8, d_inner=32, mem_len=4, dropout=0.0
+        vocab_size=32,
+        d_model=16,
+        n_layer=2,
+        n_head=2,
+        d_head=8,
+        d_inner=32,
+        mem_len=4,
+        dropout=0.0,
+        dropatt=0.0,
+        attention_impl=attention_impl,
     )
     rng = np.random.default_rng(0)
     rank, target_pos = _order(rng)
     self_rank = np.maximum(rank, 0)
     perm_mask = (self_rank[:, :, None] <= rank[:, None, :]) & (rank[:, None, :] >= 0)
+    if attention_impl == "pallas":
+        key_rank = np.where(rank >= 0, rank, UNORDERED)
+        perm_mask = PermOrder(*(jnp.asarray(x, jnp.int32) for x in (self_rank, key_rank, 0 * rank)))
     args = (
         jnp.asarray(rng.integers(0, config.vocab_size, (BATCH, LENGTH)), jnp.int32),
         jnp.asarray(np.repeat([[0] * 5 + [1] * 4 + [2]], BATCH, axis=0), jnp.int32),
-        jnp.asarray(perm_mask),
+        jax.tree.map(jnp.asarray, perm_mask),
         jnp.asarray(target_pos, jnp.int32),
     )
     mems = jnp.asarray(rng.normal(size=(config.n_layer, BATCH, MEM, config.d_model)), jnp.float32)

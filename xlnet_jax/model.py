@@ -206,8 +206,6 @@ def _check_inputs(cfg: ModelConfig, input_ids, seg_ids, perm_mask, target_pos, m
         for name, field in perm_mask._asdict().items():
             if field.shape != (batch, length):
                 raise ValueError(f"perm_mask.{name} must have shape {(batch, length)}")
-    elif uses_kernel(cfg):
-        raise ValueError("attention_impl pallas needs perm_mask as a PermOrder (plm.perm_order)")
     elif perm_mask.shape != (batch, length, length):
         raise ValueError(
             f"perm_mask must have shape {(batch, length, length)}, got {perm_mask.shape}"
@@ -261,7 +259,9 @@ class XLNetLM(nn.Module):
           seg_ids: int32 [B, L] token types (A=0, B=1, CLS=2); memory counts as type 0.
           perm_mask: bool [B, L, L], True where query i may NOT attend key j (query-stream
             semantics; the content stream also always sees itself); or the same as a
-            masks.PermOrder of O(B·L) vectors, which the Pallas path requires.
+            masks.PermOrder of O(B·L) vectors. The kernel (uses_kernel) needs the PermOrder;
+            a dense mask runs the XLA path whatever the config (init and the HF-convention
+            entry points, whose params and results do not depend on the path).
           target_pos: int32 [B, P], positions of the P target rows (query stream).
           mems: float32 [n_layer, B, M, D] memory, always fully visible; M may be 0.
           is_backward: bool [B] or None; with config.bi_data, rows that use negated relative
@@ -306,7 +306,7 @@ class XLNetLM(nn.Module):
         )
         pos_emb = dropout(pos_emb, deterministic=deterministic).astype(dtype)
 
-        if uses_kernel(cfg):
+        if uses_kernel(cfg) and isinstance(perm_mask, masks.PermOrder):
             content, query = _kernel_rows(perm_mask, seg_ids, target_pos, mem_len)
         else:
             if isinstance(perm_mask, masks.PermOrder):
