@@ -14,10 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
-from xlnet_jax import plm
+from xlnet_jax import plm, sharding
 from xlnet_jax.attention import RelativeBiases, TwoStreamRelativeAttention
-from xlnet_jax.config import ModelConfig, default_config
+from xlnet_jax.config import DEFAULT_AXIS_RULES, ModelConfig, default_config
 from xlnet_jax.kernels import masks
 from xlnet_jax.kernels import relative_attention as kernel_module
 from xlnet_jax.model import XLNetLM, _kernel_rows, _stream_rows
@@ -205,7 +206,8 @@ def model_inputs(case: Case, cfg: ModelConfig):
 
 def test_model_through_kernel_matches_xla(tile_of_8):
     """XLNetLM, attention_impl pallas vs xla: logits and new mems within 1e-5, every
-    param gradient within 1e-4 (two layers, memory, bi_data, two segments, reuse block)."""
+    param gradient within 1e-4 (two layers, memory, bi_data, two segments, reuse block),
+    on a data x tensor mesh of 2 x 2 devices, where the kernel runs per shard."""
     case = Case("model", batch=4, mem=MODEL.mem_len, padded_targets=1)
     dense, compact, mems = model_inputs(case, MODEL)
     pallas = dataclasses.replace(MODEL, attention_impl="pallas")
@@ -222,7 +224,10 @@ def test_model_through_kernel_matches_xla(tile_of_8):
             logits, new_mems = XLNetLM(cfg).apply(params, *inputs, mems, deterministic=True)
             return jnp.sum(jnp.sin(logits)), (logits, new_mems)
 
-        return jax.jit(jax.grad(loss, has_aux=True), compiler_options=FAST_COMPILE)(params)
+        with sharding.activate(mesh, DEFAULT_AXIS_RULES):
+            return jax.jit(jax.grad(loss, has_aux=True), compiler_options=FAST_COMPILE)(params)
+
+    mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
 
     got_grads, got_out = run(pallas, compact)
     want_grads, want_out = run(MODEL, dense)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.kernels.relative_attention import relative_attention
+from xlnet_jax.kernels.mesh import sharded_relative_attention
 
 # Added to blocked scores before the softmax; exp() of it is exactly 0 in float32.
 _BLOCKED = -1e30
@@ -163,7 +163,7 @@ class TwoStreamRelativeAttention(nn.Module):
             q = nn.with_logical_constraint(q, ("batch", rows_axis, "heads", "kv"))
             if isinstance(rows, KernelRows):
                 biases = (r_w_bias, r_r_bias, r_s_bias)
-                out = relative_attention(
+                out = sharded_relative_attention(
                     q, k, v, k_r, biases, seg_embed, rows.row, rows.key, rows.positions
                 )
                 return finish(out, x)
