@@ -1,5 +1,5 @@
-"""Exact resume: SIGKILL and SIGTERM mid-run, then resume, reproduce an uninterrupted run
-bit for bit, recurrence memory included."""
+"""Exact resume: SIGKILL, SIGTERM and Ctrl-C mid-run, then resume, reproduce an
+uninterrupted run bit for bit, recurrence memory included."""
 
 import logging
 import signal
@@ -47,15 +47,23 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_exact(straight, tmp_path):
     )
 
 
-def test_sigterm_saves_exits_zero_and_continues_at_next_step(straight, tmp_path):
+@pytest.mark.parametrize(
+    ("sig", "status", "name"), [(signal.SIGTERM, 0, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")]
+)
+def test_signal_saves_stops_and_the_rerun_continues_bit_exact(
+    straight, tmp_path, sig, status, name
+):
+    """SIGTERM (exit 0) and Ctrl-C (exit 130, as a shell reports it) save, then resume."""
     workdir = tmp_path / "preempted"
     process = harness.start(workdir, step_delay=0.5)
     harness.wait_for(lambda: 3 in harness.losses(workdir), process, workdir)
-    assert harness.kill(process, signal.SIGTERM) == 0, harness.log_tail(workdir)
+    assert harness.kill(process, sig) == status, harness.log_tail(workdir)
     saved = max(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     assert 3 <= saved < 12
     assert max(harness.losses(workdir)) == saved  # every finished step was logged
-    assert "SIGTERM: saved step" in harness.log_tail(workdir)
+    log = harness.log_tail(workdir)
+    assert f"{name}: saved step {saved} and stopped; rerun the same command to continue." in log
+    assert "Traceback" not in log
 
     harness.run(workdir)
     log = harness.log_tail(workdir)
@@ -63,6 +71,21 @@ def test_sigterm_saves_exits_zero_and_continues_at_next_step(straight, tmp_path)
     want, got = harness.losses(straight), harness.losses(workdir)
     assert [got[s] for s in range(1, 13)] == [want[s] for s in range(1, 13)]
     harness.assert_trees_equal(harness.final_params(workdir), harness.final_params(straight))
+
+
+def test_a_second_ctrl_c_aborts_at_once_in_one_line(tmp_path):
+    workdir = tmp_path / "aborted"
+    process = harness.start(workdir, step_delay=2.0)
+    harness.wait_for(lambda: 1 in harness.losses(workdir), process, workdir)
+    process.send_signal(signal.SIGINT)
+    harness.wait_for(lambda: "Ctrl-C again" in harness.log_tail(workdir), process, workdir)
+    assert harness.kill(process, signal.SIGINT) == 130
+    log = harness.log_tail(workdir)
+    assert log.rstrip().endswith("Second Ctrl-C: aborted without saving this step."), log
+    assert "Traceback" not in log
+    assert not (workdir / "checkpoints").exists() or not any(
+        p.name.isdigit() for p in (workdir / "checkpoints").iterdir()
+    )
 
 
 def test_carried_memory_changes_the_loss(straight):

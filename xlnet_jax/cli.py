@@ -2,7 +2,8 @@
 
 Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Known errors (the
 `XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint) print one
-line and exit 1; no traceback. A wrong command line prints one line and exits 2.
+line and exit 1; no traceback. A wrong command line prints one line and exits 2. Ctrl-C
+prints one line and exits 130 (train saves first; see train.py).
 """
 
 import dataclasses
@@ -16,7 +17,10 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from xlnet_jax.errors import UsageError, XLNetJaxError
+from xlnet_jax.errors import SavedAndInterrupted, UsageError, XLNetJaxError
+
+# The shell's status for a process stopped by Ctrl-C (128 + SIGINT).
+INTERRUPTED_EXIT_CODE = 130
 
 USAGE = """usage: xlnet-jax COMMAND [flags]
 
@@ -370,6 +374,10 @@ def main(argv: list[str]) -> int:
     except XLNetJaxError as e:  # its message is the whole story
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
         _exit_now(1)
+    except KeyboardInterrupt as e:  # Ctrl-C: one line, no traceback, the shell's status
+        if not isinstance(e, SavedAndInterrupted):
+            print(f"\nxlnet-jax {name}: interrupted; nothing was saved.", file=sys.stderr)
+        _exit_now(INTERRUPTED_EXIT_CODE)
 
 
 def run() -> None:

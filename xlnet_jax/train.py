@@ -2,13 +2,16 @@
 
 A run in a workdir that already holds checkpoints resumes from the newest intact one, with
 its recurrence memory, bit-for-bit: the batch at step t and the step's randomness are pure
-functions of (seed, step). SIGTERM saves at the next step boundary and exits cleanly.
+functions of (seed, step). SIGTERM and Ctrl-C save at the next step boundary and stop;
+after Ctrl-C the loop raises errors.SavedAndInterrupted, which the CLI exits 130 on.
 """
 
 import concurrent.futures
 import contextlib
 import logging
+import os
 import signal
+import sys
 import time
 
 import jax
@@ -18,7 +21,7 @@ from jax.experimental import multihost_utils
 from xlnet_jax import flops, paths, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.checkpoint_meta import make_meta
-from xlnet_jax.errors import NonFiniteError
+from xlnet_jax.errors import NonFiniteError, SavedAndInterrupted
 from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.program import build_program
@@ -47,32 +50,50 @@ FIRST_STEPS = 10
 
 
 class _Preemption:
-    """Whether to save and stop at this step boundary, after a SIGTERM.
+    """Whether to save and stop at this step boundary, after a SIGTERM or a Ctrl-C.
 
-    One process: a Python SIGTERM handler sets a flag. Several processes: JAX's preemption
-    service (started by jax.distributed) catches SIGTERM on any host and agrees on one step
-    at which every host saves, so no collective save is left half-entered.
+    One process: Python handlers for SIGTERM and SIGINT set a flag; a second SIGINT exits
+    at once (status 130) with one line, for a user who does not want to wait for the save.
+    Several processes: JAX's preemption service (started by jax.distributed) catches
+    SIGTERM on any host and agrees on one step at which every host saves, so no collective
+    save is left half-entered; SIGINT keeps its default there.
     """
 
     def __init__(self):
-        self._flag = False
+        self.signal_name = None
         self._multi_host = jax.process_count() > 1
-        self._previous = None
+        self._previous = {}
         if not self._multi_host:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame):
-        del signum, frame
-        self._flag = True
+        del frame
+        if signum == signal.SIGINT and self.signal_name == "Ctrl-C":
+            sys.stderr.write("\nSecond Ctrl-C: aborted without saving this step.\n")
+            sys.stderr.flush()
+            os._exit(130)  # the shell's status for Ctrl-C: 128 + SIGINT
+        if signum == signal.SIGINT:
+            self.signal_name = "Ctrl-C"
+            sys.stderr.write(
+                "\nCtrl-C: saving at the end of this step, then stopping (Ctrl-C again "
+                "aborts without saving).\n"
+            )
+            sys.stderr.flush()
+        else:
+            self.signal_name = self.signal_name or "SIGTERM"
 
     def requested(self, step: int) -> bool:
         if self._multi_host:
-            return multihost_utils.reached_preemption_sync_point(step)
-        return self._flag
+            if multihost_utils.reached_preemption_sync_point(step):
+                self.signal_name = "SIGTERM"
+                return True
+            return False
+        return self.signal_name is not None
 
     def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 class _NonFiniteMonitor:
@@ -271,6 +292,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
                 last_saved = done
             if stop:
                 checkpointer.wait()
-                progress.note(f"SIGTERM: saved step {done} and stopped; rerun to continue.")
+                progress.note(
+                    f"{preemption.signal_name}: saved step {done} and stopped; rerun the same "
+                    "command to continue."
+                )
+                if preemption.signal_name == "Ctrl-C":
+                    raise SavedAndInterrupted
                 return state
     return state
