@@ -7,6 +7,7 @@ import pytest
 
 from tests.helpers import small_config
 from tests.test_data_common import small_corpus
+from xlnet_jax.preflight import check_run
 from xlnet_jax.validate import ConfigError, validate_config
 from xlnet_jax.workdir import load_corpus_manifest
 
@@ -147,3 +148,43 @@ def test_cli_stops_before_compiling_naming_field_and_range(override, field, vali
     assert valid_range in errors[0]
     assert "Traceback" not in result.stderr and "Compiled" not in result.stderr
     assert not workdir.exists()  # nothing written, no checkpoint
+
+
+# A config with three problems at once: the first attempts of a newcomer on a new corpus.
+NEWCOMER_MISTAKES = dict(vocab_size=100, warmup_steps=50, num_train_steps=12, eval_steps=1000)
+
+
+def test_every_config_and_corpus_problem_is_reported_in_one_go():
+    config = small_config(corpus_dir=small_corpus(), eval_every=6, **NEWCOMER_MISTAKES)
+    with pytest.raises(ConfigError) as info:
+        check_run(config, 1, evaluates=True)
+    head, *lines = str(info.value).splitlines()
+    assert head == "3 problems with the config and corpus:"
+    assert lines[0].strip().startswith("config.warmup_steps: must not exceed num_train_steps=12")
+    assert lines[1].strip().startswith("config.vocab_size: must equal the tokenizer's")
+    assert lines[1].endswith("pass --config.vocab_size=500.")
+    assert "'validation' split has" in lines[2] and "--config.eval_steps=" in lines[2]
+    # Each suggested value passes.
+    eval_steps = int(lines[2].split("--config.eval_steps=")[1].split()[0])
+    config.update(vocab_size=500, warmup_steps=12, eval_steps=eval_steps)
+    check_run(config, 1, evaluates=True)
+
+
+def test_dry_run_checks_without_compiling_or_writing(tmp_path):
+    def dry_run(*overrides):
+        return subprocess.run(
+            [sys.executable, "-m", "xlnet_jax.cli", "train", "--dry_run",
+             "--config", "tests/train_config.py", "--workdir", str(tmp_path / "run"),
+             f"--config.corpus_dir={small_corpus()}", *overrides],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    bad = dry_run("--config.warmup_steps=50", "--config.vocab_size=100")
+    assert bad.returncode == 1, bad.stderr
+    assert "2 problems with the config and corpus:" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    good = dry_run()
+    assert good.returncode == 0, good.stderr
+    assert "dry run: the config and the corpus" in good.stdout
+    assert "Compiled" not in good.stderr
+    assert not (tmp_path / "run").exists()

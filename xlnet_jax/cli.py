@@ -57,7 +57,7 @@ def _define_config(fv: flags.FlagValues, sys_argv: list[str] | None = None) -> N
     )
 
 
-def _define_train(fv: flags.FlagValues) -> None:
+def _define_eval(fv: flags.FlagValues) -> None:
     _define_config(fv)
     flags.DEFINE_string(
         "workdir",
@@ -92,6 +92,17 @@ def _define_train(fv: flags.FlagValues) -> None:
         "num_cpu_devices",
         None,
         "Simulated CPU devices per process (tests, pod rehearsal).",
+        flag_values=fv,
+    )
+
+
+def _define_train(fv: flags.FlagValues) -> None:
+    _define_eval(fv)
+    flags.DEFINE_bool(
+        "dry_run",
+        False,
+        "Only check the config and corpus together (every problem, one line each); "
+        "compile nothing.",
         flag_values=fv,
     )
 
@@ -136,6 +147,17 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
     config = _config(fv)
     workdir = _require(fv, "workdir")
     _setup_jax(fv)
+    if fv.dry_run:
+        import jax
+
+        from xlnet_jax.preflight import check_run
+
+        manifest, _ = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
+        print(
+            f"dry run: the config and the corpus {manifest.path} pass every check on "
+            f"{jax.device_count()} device(s); nothing was compiled or written."
+        )
+        return 0
     from xlnet_jax import train
 
     train.train_and_evaluate(config, workdir)
@@ -257,7 +279,7 @@ COMMANDS = {
     ),
     "train": Command("Pretrain (resumes automatically from WORKDIR).", _define_train, _train_main),
     "eval": Command(
-        "Evaluate WORKDIR's newest checkpoint on the validation split.", _define_train, _eval_main
+        "Evaluate WORKDIR's newest checkpoint on the validation split.", _define_eval, _eval_main
     ),
     "compile": Command(
         "AOT-compile the train step for a TPU topology and report memory.",

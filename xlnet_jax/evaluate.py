@@ -13,11 +13,11 @@ import numpy as np
 from xlnet_jax import sharding
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.data.corpus import unigram_entropy
+from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import CheckpointError
 from xlnet_jax.metrics_writer import MetricsWriter
+from xlnet_jax.preflight import check_run
 from xlnet_jax.program import Program, build_program
-from xlnet_jax.validate import validate_config
-from xlnet_jax.workdir import load_corpus_manifest
 
 
 def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
@@ -47,14 +47,15 @@ def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
 
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Restores the newest checkpoint and evaluates eval_steps validation batches."""
-    validate_config(config, jax.device_count())
+    manifest, fingerprint = check_run(config, jax.device_count(), evaluates=True)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
-        return _evaluate(config, workdir, mesh)
+        return _evaluate(config, workdir, mesh, manifest, fingerprint)
 
 
-def _evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict:
-    manifest, fingerprint = load_corpus_manifest(config)
+def _evaluate(
+    config: ml_collections.ConfigDict, workdir: str, mesh, manifest: Manifest, fingerprint: str
+) -> dict:
     program = build_program(config, mesh)
     checkpointer = Checkpointer(workdir, config)
     state = checkpointer.restore(program.abstract_state, config, fingerprint, move_damaged=False)

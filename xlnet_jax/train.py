@@ -21,17 +21,17 @@ from jax.experimental import multihost_utils
 from xlnet_jax import flops, paths, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.checkpoint_meta import make_meta
+from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import NonFiniteError, SavedAndInterrupted
 from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.metrics_writer import MetricsWriter
+from xlnet_jax.preflight import check_run
 from xlnet_jax.program import build_program
 from xlnet_jax.train_progress import ProgressLine
 from xlnet_jax.train_state import TrainState
-from xlnet_jax.validate import validate_config
 from xlnet_jax.workdir import (
     MIN_FREE_BYTES,
     check_free_space,
-    load_corpus_manifest,
     prepare_workdir,
 )
 
@@ -194,15 +194,16 @@ def _state_bytes(abstract_state: TrainState) -> int:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
     """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints."""
-    validate_config(config, jax.device_count())
+    manifest, fingerprint = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
-        return _train(config, workdir, mesh)
+        return _train(config, workdir, mesh, manifest, fingerprint)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, mesh) -> TrainState:
+def _train(
+    config: ml_collections.ConfigDict, workdir: str, mesh, manifest: Manifest, fingerprint: str
+) -> TrainState:
     """The body of train_and_evaluate, traced under the mesh and its logical axis rules."""
-    manifest, fingerprint = load_corpus_manifest(config)
     primary = jax.process_index() == 0
     program = build_program(config, mesh)
     checkpoint_bytes = _state_bytes(program.abstract_state)

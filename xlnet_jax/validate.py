@@ -1,5 +1,11 @@
-"""Config validation that runs before anything compiles: one line naming field and constraint."""
+"""Config validation that runs before anything compiles: one line naming field and constraint.
 
+Each check raises ConfigError at once; within `collecting(problems)` the field checks append
+their line to `problems` instead, so preflight.py can report every problem in one go.
+"""
+
+import contextlib
+import contextvars
 import math
 
 import ml_collections
@@ -15,9 +21,29 @@ from xlnet_jax.validate_fields import field_problem, nonfinite_problem
 NUM_SPECIAL_IDS = len(SPECIAL_IDS)
 
 
+_COLLECTED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "collected", default=None
+)
+
+
+@contextlib.contextmanager
+def collecting(problems: list[str]):
+    """Within the block, a failed field check appends its line to `problems`, not raises."""
+    token = _COLLECTED.set(problems)
+    try:
+        yield
+    finally:
+        _COLLECTED.reset(token)
+
+
 def _check(ok: bool, field: str, constraint: str, value) -> None:
-    if not ok:
-        raise ConfigError(f"config.{field}: {constraint} (got {value!r}).")
+    if ok:
+        return
+    message = f"config.{field}: {constraint} (got {value!r})."
+    problems = _COLLECTED.get()
+    if problems is None:
+        raise ConfigError(message)
+    problems.append(message)
 
 
 def validate_training_fields(c: ml_collections.ConfigDict) -> None:

@@ -1,0 +1,128 @@
+"""The one validation pass before anything compiles: the config and its corpus together.
+
+`train` (and `train --dry_run`, which stops here) and `eval` call `check_run`. It gathers
+every problem it can find (config fields, the tokenizer's vocabulary against
+config.vocab_size, each split's size against the batch that reads it) and reports them
+all at once, one line each, naming the field or file and values that would work, so a new
+corpus or config takes one round of fixes, not one per compile.
+"""
+
+import math
+
+import ml_collections
+
+from xlnet_jax import validate
+from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
+from xlnet_jax.errors import ConfigError, DataError
+from xlnet_jax.validate_fields import field_problem
+
+
+def check_run(
+    config: ml_collections.ConfigDict, num_devices: int, *, evaluates: bool
+) -> tuple[Manifest, str]:
+    """The corpus manifest and fingerprint, or a ConfigError listing every problem.
+
+    Args:
+      config: the resolved config.
+      num_devices: devices the mesh spans.
+      evaluates: whether the validation split will be read (eval, or eval_every > 0).
+    """
+    problems = config_problems(config, num_devices)
+    manifest = None
+    if not config.corpus_dir:
+        problems.append(
+            "config.corpus_dir: is empty; run `xlnet-jax prepare --out DIR` and pass "
+            "--config.corpus_dir=DIR."
+        )
+    else:
+        try:
+            manifest = load_manifest(config.corpus_dir)
+        except DataError as e:
+            problems.append(f"config.corpus_dir: {e}")
+    if manifest is not None:
+        problems += corpus_problems(config, manifest, evaluates=evaluates)
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        lines = "\n".join(f"  {problem}" for problem in problems)
+        raise ConfigError(f"{len(problems)} problems with the config and corpus:\n{lines}")
+    return manifest, manifest_fingerprint(manifest)
+
+
+def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
+    """Every config field problem, one line each (the model's and PLM's first ones).
+
+    A field of the wrong type or outside its own range (validate_fields) is reported
+    alone: the checks that relate fields to each other assume sound fields.
+    """
+    problems: list[str] = []
+    checks = [lambda: validate.validate_config(config, num_devices)]
+    if field_problem(config) is None:
+        # validate_config stops at a model or PLM problem; the training fields are then
+        # checked on their own, so theirs are reported too.
+        checks.append(lambda: validate.validate_training_fields(config))
+    with validate.collecting(problems):
+        for check in checks:
+            try:
+                check()
+            except ConfigError as e:
+                problems.append(str(e))
+            except ArithmeticError:  # a later check divided by a field already reported
+                pass
+    return list(dict.fromkeys(problems))
+
+
+def split_need(config: ml_collections.ConfigDict, split: str) -> int:
+    """Tokens `split` must hold: one batch of streams for train, eval_steps for validation.
+
+    Every stream of a batch starts reuse_len tokens apart in the split's ring of tokens
+    and reads a row of seq_len; an evaluation advances each stream eval_steps times, and
+    a smaller split would score the same text twice.
+    """
+    streams = config.batch_size // 2 if config.bi_data else config.batch_size
+    steps = config.eval_steps if split == "validation" else 1
+    return max(streams * config.reuse_len * steps, 2 * config.seq_len)
+
+
+def corpus_problems(
+    config: ml_collections.ConfigDict, manifest: Manifest, *, evaluates: bool
+) -> list[str]:
+    """The tokenizer's vocabulary and the splits' sizes against the config."""
+    problems = []
+    if manifest.vocab_size != config.vocab_size:
+        problems.append(
+            f"config.vocab_size: must equal the tokenizer's vocabulary, {manifest.vocab_size} "
+            f"in {manifest.path} (got {config.vocab_size}); pass "
+            f"--config.vocab_size={manifest.vocab_size}."
+        )
+    total = sum(split["tokens"] for split in manifest.splits.values())
+    for split in ("train", "validation") if evaluates else ("train",):
+        have = manifest.splits.get(split, {}).get("tokens", 0)
+        need = split_need(config, split)
+        if have >= need:
+            continue
+        streams = config.batch_size // 2 if config.bi_data else config.batch_size
+        reads = (
+            f"eval_steps={config.eval_steps} batches of {streams} streams x "
+            f"reuse_len={config.reuse_len}"
+            if split == "validation"
+            else f"one batch of {streams} streams x reuse_len={config.reuse_len}"
+        )
+        fixes = []
+        if split == "validation":
+            fraction = min(0.5, math.ceil(100 * 1.5 * need / max(total, 1)) / 100)
+            most_steps = have // max(streams * config.reuse_len, 1)
+            if most_steps >= 1:
+                fixes.append(f"--config.eval_steps={most_steps}")
+            fixes.append(f"prepare with --validation_fraction={fraction}")
+            fixes.append("--config.eval_every=0 (no evaluation)")
+        else:
+            most_batch = have // max(config.reuse_len, 1) * (2 if config.bi_data else 1)
+            if most_batch >= 1 and have >= 2 * config.seq_len:
+                fixes.append(f"--config.batch_size <= {most_batch}")
+            fixes.append("more text")
+        problems.append(
+            f"{manifest.path}: the {split!r} split has {have:,} tokens but {reads} read "
+            f"{need:,}; use {' or '.join(fixes)}."
+        )
+    return problems
