@@ -51,10 +51,10 @@ OVERRIDES = [
 ]  # fmt: skip
 
 
-def cli(command: str, workdir, corpus: str) -> subprocess.CompletedProcess:
-    """`xlnet-jax COMMAND --config configs/tiny.py` with this test's overrides."""
+def train(workdir, corpus: str) -> subprocess.CompletedProcess:
+    """`xlnet-jax train --config configs/tiny.py` with this test's overrides."""
     return subprocess.run(
-        [sys.executable, "-m", "xlnet_jax.cli", command, "--config", "configs/tiny.py",
+        [sys.executable, "-m", "xlnet_jax.cli", "train", "--config", "configs/tiny.py",
          "--workdir", str(workdir), f"--config.corpus_dir={corpus}", *OVERRIDES],
         capture_output=True, text=True, env=environment(), timeout=600,
     )  # fmt: skip
@@ -63,15 +63,19 @@ def cli(command: str, workdir, corpus: str) -> subprocess.CompletedProcess:
 def test_heldout_loss_falls_far_below_unigram_entropy(tmp_path):
     corpus = cyclic_corpus()
     workdir = tmp_path / "run"
-    done = cli("train", workdir, corpus)
+    done = train(workdir, corpus)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     heldout = [row["loss"] for row in rows if row["kind"] == "eval"][-1]
     entropy = unigram_entropy(load_manifest(corpus), VOCAB)
     assert heldout < 0.5 * entropy, (heldout, entropy)
 
-    # `xlnet-jax eval` restores the checkpoint and scores the same held-out batches.
-    evaluated = cli("eval", workdir, corpus)
+    # `xlnet-jax eval` restores the checkpoint and scores the same held-out batches, with
+    # the run's own config (WORKDIR/config.json): no --config, no overrides.
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "xlnet_jax.cli", "eval", "--workdir", str(workdir)],
+        capture_output=True, text=True, env=environment(), timeout=600,
+    )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert f"step 300: held-out PLM loss {heldout:.4f} nats" in evaluated.stdout + evaluated.stderr
     assert (

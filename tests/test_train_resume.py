@@ -3,6 +3,8 @@ uninterrupted run bit for bit, recurrence memory included."""
 
 import logging
 import signal
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +13,11 @@ import pytest
 
 from tests import train_harness as harness
 from tests.train_config import get_config
-from xlnet_jax import steps
+from xlnet_jax import run_config, steps
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
+from xlnet_jax.errors import ConfigError
 from xlnet_jax.model import XLNetLM
 
 
@@ -115,9 +118,14 @@ def test_carried_memory_changes_the_loss(straight):
 def test_resume_on_another_device_count_keeps_the_memory(straight, tmp_path):
     """A checkpoint made on 1 device resumes on 2 devices, memory included."""
     workdir = harness.copy_run(straight, tmp_path / "moved")
-    harness.run(workdir, "--config.num_train_steps=13", devices=2)
+    harness.run(workdir, "--config.num_train_steps=13", "--change_schedule", devices=2)
     log = harness.log_tail(workdir)
     assert "Resumed from step 12" in log and "memory restarts" not in log
+    # The reference run checkpointed every 2 steps; the harness's config says 6.
+    assert (
+        "changed since step 12: num_train_steps 12 → 13, checkpoint_every 2 → 6; the "
+        "learning rate at step 12 goes from 3e-06 to"
+    ) in log
     assert np.isfinite(harness.losses(workdir)[13])
 
 
@@ -148,3 +156,38 @@ def test_metrics_reach_tensorboard_jsonl_and_the_console(straight):
     progress = [line for line in harness.log_tail(straight).splitlines() if line.startswith("step")]
     assert progress[-1].startswith("step 12/12 | loss ") and "tok/s" in progress[-1]
     assert "ETA" in progress[-1]
+
+
+def test_a_finished_run_says_so_without_compiling(straight, tmp_path):
+    """A rerun with no --config uses WORKDIR/config.json and finds nothing left to do."""
+    workdir = harness.copy_run(straight, tmp_path / "finished")
+    done = subprocess.run(
+        [sys.executable, "-m", "xlnet_jax.cli", "train", "--workdir", str(workdir)],
+        env=harness.environment(), capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "already complete at step 12; raise --config.num_train_steps" in done.stderr
+    assert "Compiled" not in done.stderr
+
+
+def test_a_rerun_lists_changes_refuses_architecture_and_asks_before_moving_the_schedule():
+    saved, config = get_config(), get_config()
+    config.batch_size = 16
+    assert run_config.check_rerun(saved, config, 6, change_schedule=False) == (
+        "changed since step 6: batch_size 8 → 16"
+    )
+    config.n_layer = 3
+    with pytest.raises(
+        ConfigError, match=r"^config.n_layer: cannot change when resuming at step 6"
+    ):
+        run_config.check_rerun(saved, config, 6, change_schedule=True)
+    config.n_layer, config.num_train_steps = saved.n_layer, 24
+    # Step 6 of 12 (warmup 3) decays from 3e-3 to 3e-6: 3e-3 - 3 * (3e-3 - 3e-6) / 9; of 24,
+    # 3e-3 - 3 * (3e-3 - 3e-6) / 21.
+    with pytest.raises(ConfigError, match=r"^config.num_train_steps: .* from 0.002001 to 0.002572"):
+        run_config.check_rerun(saved, config, 6, change_schedule=False)
+    line = run_config.check_rerun(saved, config, 6, change_schedule=True)
+    assert line == (
+        "changed since step 6: batch_size 8 → 16, num_train_steps 12 → 24; "
+        "the learning rate at step 6 goes from 0.002001 to 0.002572"
+    )

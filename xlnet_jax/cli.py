@@ -99,6 +99,13 @@ def _define_eval(fv: flags.FlagValues) -> None:
 def _define_train(fv: flags.FlagValues) -> None:
     _define_eval(fv)
     flags.DEFINE_bool(
+        "change_schedule",
+        False,
+        "On resume, accept new num_train_steps/warmup_steps/learning_rate/min_lr_ratio "
+        "(the learning rate then jumps at the resumed step; the log says by how much).",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool(
         "dry_run",
         False,
         "Only check the config and corpus together (every problem, one line each); "
@@ -131,8 +138,30 @@ def _setup_jax(fv: flags.FlagValues) -> None:
 
 def _config(fv: flags.FlagValues):
     if fv["config"].value is None:
-        raise UsageError("--config is required, e.g. --config configs/tiny.py")
+        where = f" ({fv.workdir} holds no run yet)" if "workdir" in fv and fv.workdir else ""
+        raise UsageError(f"--config is required{where}, e.g. --config configs/tiny.py")
     return fv.config
+
+
+def _with_run_config(rest: list[str]) -> list[str]:
+    """`rest` with --config pointing at --workdir's saved config, when --config is absent.
+
+    A rerun of train and eval then use the run's own config; --config.FIELD overrides
+    still apply on top (config_flags reads them as for any config file).
+    """
+    if any(arg == "--config" or arg.startswith("--config=") for arg in rest):
+        return rest
+    workdir = None
+    for i, arg in enumerate(rest):
+        if arg == "--workdir" and i + 1 < len(rest):
+            workdir = rest[i + 1]
+        elif arg.startswith("--workdir="):
+            workdir = arg.split("=", 1)[1]
+    from xlnet_jax import run_config
+
+    if workdir is None or run_config.load(workdir) is None:
+        return rest
+    return [run_config.config_flag(workdir), *rest]
 
 
 def _require(fv: flags.FlagValues, name: str) -> str:
@@ -160,7 +189,7 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
         return 0
     from xlnet_jax import train
 
-    train.train_and_evaluate(config, workdir)
+    train.train_and_evaluate(config, workdir, change_schedule=fv.change_schedule)
     return 0
 
 
@@ -388,6 +417,8 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("xlnet_jax").setLevel(logging.INFO)
     try:
+        if name in ("train", "eval"):
+            rest = _with_run_config(rest)
         args = _parse(fv, name, rest)
         return command.main(fv, args)
     except (flags.Error, UsageError) as e:

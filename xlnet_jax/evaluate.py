@@ -3,6 +3,7 @@
 Training imports `make_evaluator` from here; evaluation never depends on the loop.
 """
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from xlnet_jax import sharding
+from xlnet_jax import run_config, sharding
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.data.manifest import Manifest
@@ -18,6 +19,8 @@ from xlnet_jax.errors import CheckpointError
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.preflight import check_run
 from xlnet_jax.program import Program, build_program
+
+log = logging.getLogger(__name__)
 
 
 def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
@@ -46,7 +49,18 @@ def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
 
 
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Restores the newest checkpoint and evaluates eval_steps validation batches."""
+    """Restores the newest checkpoint and evaluates eval_steps validation batches.
+
+    Fields that differ from the run's saved config (WORKDIR/config.json) are listed in
+    one line: a different batch or eval_steps changes the result.
+    """
+    step = run_config.newest_step(workdir)
+    if step is None:  # checked first: evaluating must not create anything in the workdir
+        raise CheckpointError(f"{workdir} has no checkpoint to evaluate; train first.")
+    saved = run_config.load(workdir)
+    changed = run_config.changes(saved, config) if saved is not None else {}
+    if changed:
+        log.warning("Evaluating with a config %s", run_config.describe(changed, step))
     manifest, fingerprint = check_run(config, jax.device_count(), evaluates=True)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):

@@ -18,7 +18,7 @@ import jax
 import ml_collections
 from jax.experimental import multihost_utils
 
-from xlnet_jax import flops, paths, sharding, steps
+from xlnet_jax import flops, paths, run_config, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.checkpoint_meta import make_meta
 from xlnet_jax.data.manifest import Manifest
@@ -192,8 +192,29 @@ def _state_bytes(abstract_state: TrainState) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state))
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
-    """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints."""
+def train_and_evaluate(
+    config: ml_collections.ConfigDict, workdir: str, *, change_schedule: bool = False
+) -> TrainState | None:
+    """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints.
+
+    A resumed run's config may differ from the one saved in WORKDIR/config.json only as
+    run_config.check_rerun allows (schedule fields with change_schedule). A run already
+    at num_train_steps says so and returns None without compiling anything.
+    """
+    step = run_config.newest_step(workdir)
+    saved = run_config.load(workdir)
+    if step is not None and saved is not None:
+        line = run_config.check_rerun(saved, config, step, change_schedule=change_schedule)
+        if line:
+            log.info(line)
+    if step is not None and step >= config.num_train_steps:
+        log.info(
+            "%s: already complete at step %d; raise --config.num_train_steps (with "
+            "--change_schedule) to continue.",
+            workdir,
+            step,
+        )
+        return None
     manifest, fingerprint = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
@@ -221,6 +242,8 @@ def _train(
         elif state.mems is None:
             state = state.replace(mems=program.zero_mems())
         start_step = int(jax.device_get(state.step))
+        if primary:
+            run_config.save(workdir, config)
         if start_step:
             log.info("Resumed from step %d in %s", start_step, workdir)
 

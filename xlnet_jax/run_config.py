@@ -1,0 +1,127 @@
+"""WORKDIR/config.json: the run's resolved config, the default of eval and of a rerun.
+
+`train` writes it once the run's checkpoints accept the config. `eval` and a rerun of
+`train` without --config start from it (the CLI passes this file to config_flags with the
+workdir as argument: `--config=run_config.py:WORKDIR`), so command-line overrides apply
+on top as usual. What differs from the saved run is listed in one line; a rerun refuses
+architecture changes and changes the learning-rate schedule only when asked to.
+"""
+
+import json
+import os
+import pathlib
+
+import ml_collections
+
+from xlnet_jax import optim
+from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
+from xlnet_jax.errors import ConfigError
+
+CONFIG_FILE = "config.json"
+# Fields whose change moves the learning rate of the steps still to come.
+SCHEDULE_FIELDS = ("num_train_steps", "warmup_steps", "learning_rate", "min_lr_ratio")
+
+
+def config_flag(workdir: str) -> str:
+    """The --config argument that loads `workdir`'s saved config through this module."""
+    return f"--config={os.path.abspath(__file__)}:{workdir}"
+
+
+def get_config(workdir: str) -> ml_collections.ConfigDict:
+    """config_flags' entry point: the saved config of the run in `workdir`."""
+    config = load(workdir)
+    if config is None:
+        raise ConfigError(f"{pathlib.Path(workdir) / CONFIG_FILE} not found; pass --config.")
+    return config
+
+
+def load(workdir: str) -> ml_collections.ConfigDict | None:
+    """The config saved in `workdir`, or None if the run has not saved one."""
+    path = pathlib.Path(workdir) / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        fields = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is unreadable ({e}); pass --config instead.") from None
+    fields["logical_axis_rules"] = tuple(
+        (name, tuple(axes) if isinstance(axes, list) else axes)
+        for name, axes in fields["logical_axis_rules"]
+    )
+    return ml_collections.ConfigDict(fields)
+
+
+def save(workdir: str, config: ml_collections.ConfigDict) -> None:
+    """Writes `workdir`/config.json atomically."""
+    path = pathlib.Path(workdir) / CONFIG_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_plain(config), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def newest_step(workdir: str) -> int | None:
+    """The newest finished checkpoint step in `workdir` (without opening it), or None."""
+    directory = pathlib.Path(workdir) / "checkpoints"
+    if not directory.is_dir():
+        return None
+    done = [
+        int(p.name)
+        for p in directory.iterdir()
+        if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists()
+    ]
+    return max(done, default=None)
+
+
+def _plain(config: ml_collections.ConfigDict) -> dict:
+    return json.loads(config.to_json_best_effort())
+
+
+def changes(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict) -> dict:
+    """field -> (saved value, new value) for every field that differs, in config order."""
+    old, new = _plain(saved), _plain(config)
+    return {name: (old.get(name), value) for name, value in new.items() if old.get(name) != value}
+
+
+def describe(changed: dict, step: int | None) -> str:
+    """One line: "changed since step N: batch_size 8 → 16, eval_steps 8 → 2"."""
+    since = f"since step {step}" if step is not None else "from the run's config.json"
+    listed = ", ".join(f"{name} {old!r} → {new!r}" for name, (old, new) in changed.items())
+    return f"changed {since}: {listed}"
+
+
+def check_rerun(
+    saved: ml_collections.ConfigDict,
+    config: ml_collections.ConfigDict,
+    step: int,
+    *,
+    change_schedule: bool,
+) -> str | None:
+    """The line that lists a resumed run's changes, or a ConfigError if one is not allowed.
+
+    Architecture fields never change on resume. Schedule fields change only with
+    change_schedule; the line then says what the learning rate does at step `step`.
+    """
+    changed = changes(saved, config)
+    if not changed:
+        return None
+    fixed = [name for name in ARCHITECTURE_FIELDS if name in changed]
+    if fixed:
+        raise ConfigError(
+            f"config.{fixed[0]}: cannot change when resuming at step {step} "
+            f"({describe({n: changed[n] for n in fixed}, step)}); keep the run's values or "
+            "start a new run in an empty --workdir (--init_from it to keep its params)."
+        )
+    line = describe(changed, step)
+    schedule = [name for name in SCHEDULE_FIELDS if name in changed]
+    if not schedule:
+        return line
+    before = float(optim.learning_rate_schedule(saved)(step))
+    after = float(optim.learning_rate_schedule(config)(step))
+    effect = f"the learning rate at step {step} goes from {before:.4g} to {after:.4g}"
+    if not change_schedule:
+        raise ConfigError(
+            f"config.{schedule[0]}: changing {', '.join(schedule)} on resume moves the "
+            f"learning-rate schedule ({effect}); pass --change_schedule to accept that, or "
+            "keep the run's values."
+        )
+    return f"{line}; {effect}"
