@@ -1,5 +1,7 @@
 """Checkpoints read on one device, whatever mesh saved them: for export, eval and tests."""
 
+import logging
+
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
@@ -21,15 +23,25 @@ def read_checkpoint(workdir: str, step: int | None = None) -> dict:
     directory = paths.as_path(workdir) / "checkpoints"
     if not directory.is_dir():
         raise CheckpointError(f"{workdir} holds no checkpoints/ directory; is it a train workdir?")
-    manager = ocp.CheckpointManager(
-        directory,
-        options=ocp.CheckpointManagerOptions(read_only=True),
-        item_handlers={
-            "state": ocp.StandardCheckpointHandler(),
-            "mems": ocp.StandardCheckpointHandler(),
-            "meta": ocp.JsonCheckpointHandler(),
-        },
-    )
+    # orbax warns about every read-only manager (and each read_only default it overrides):
+    # reading is what this function is for, so neither is news to the user.
+    absl_log = logging.getLogger("absl")
+    level = absl_log.level
+    absl_log.setLevel(logging.ERROR)
+    try:
+        manager = ocp.CheckpointManager(
+            directory,
+            options=ocp.CheckpointManagerOptions(
+                read_only=True, save_interval_steps=0, create=False
+            ),
+            item_handlers={
+                "state": ocp.StandardCheckpointHandler(),
+                "mems": ocp.StandardCheckpointHandler(),
+                "meta": ocp.JsonCheckpointHandler(),
+            },
+        )
+    finally:
+        absl_log.setLevel(level)
     try:
         step = manager.latest_step() if step is None else step
         if step is None:
@@ -75,12 +87,12 @@ def _restore_on_one_device(manager: ocp.CheckpointManager, step: int) -> dict:
     return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **args))
 
 
-def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict]:
-    """The config and params of a workdir's newest checkpoint (for export and eval)."""
+def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict, int]:
+    """The config, params and step of a workdir's newest checkpoint (export, init_from)."""
     checkpoint = read_checkpoint(workdir)
     config = ml_collections.ConfigDict(checkpoint["meta"]["config"])
     config.logical_axis_rules = tuple(
         (name, tuple(axes) if isinstance(axes, list) else axes)
         for name, axes in config.logical_axis_rules
     )
-    return config, checkpoint["state"]["params"]
+    return config, checkpoint["state"]["params"], checkpoint["step"]

@@ -98,6 +98,13 @@ def _define_eval(fv: flags.FlagValues) -> None:
 
 def _define_train(fv: flags.FlagValues) -> None:
     _define_eval(fv)
+    flags.DEFINE_string(
+        "init_from",
+        None,
+        "Start a new run from these params: an HF XLNet directory, an import-hf output or "
+        "another run's workdir (step, optimizer state and memory start fresh).",
+        flag_values=fv,
+    )
     flags.DEFINE_bool(
         "change_schedule",
         False,
@@ -182,6 +189,10 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
         from xlnet_jax.preflight import check_run
 
         manifest, _ = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
+        if fv.init_from:
+            from xlnet_jax.init_from import check_source, load_source
+
+            check_source(load_source(fv.init_from), config, manifest)
         print(
             f"dry run: the config and the corpus {manifest.path} pass every check on "
             f"{jax.device_count()} device(s); nothing was compiled or written."
@@ -189,7 +200,9 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
         return 0
     from xlnet_jax import train
 
-    train.train_and_evaluate(config, workdir, change_schedule=fv.change_schedule)
+    train.train_and_evaluate(
+        config, workdir, change_schedule=fv.change_schedule, init_from=fv.init_from
+    )
     return 0
 
 
@@ -271,7 +284,13 @@ def _single_source(args: list[str]) -> str:
 def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax import hf
 
-    hf.import_hf(_single_source(args), _require(fv, "out"))
+    source, out = _single_source(args), _require(fv, "out")
+    config = hf.import_hf(source, out)
+    print(
+        f"imported {source} ({config.n_layer} x {config.d_model}, vocabulary "
+        f"{config.vocab_size}) to {out}; start a run from it with `xlnet-jax train "
+        f"--init_from {out} ...`"
+    )
     return 0
 
 

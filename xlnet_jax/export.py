@@ -18,11 +18,11 @@ def export_to_hf(source: str, out: str) -> str:
     if not (paths.as_path(source) / "checkpoints").is_dir():
         hf.export_hf(source, out)
         return ""
-    config, params = load_trained_params(source)
+    config, params, step = load_trained_params(source)
     hf.save_hf(out, ModelConfig.from_config(config), params)
     note = "no tokenizer copied: the run's corpus_dir is not here"
     if (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
         tokenizer = paths.as_path(load_manifest(config.corpus_dir).tokenizer_path)
-        tokenizer.copy(paths.as_path(out) / "spiece.model", overwrite=True)
+        tokenizer.copy(paths.as_path(out) / hf.TOKENIZER_FILE, overwrite=True)
         note = f"tokenizer {tokenizer} copied as spiece.model"
-    return f"exported the newest checkpoint of {source} to {out}; {note}"
+    return f"exported step {step} of {source} (its newest checkpoint) to {out}; {note}"

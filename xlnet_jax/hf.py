@@ -40,6 +40,7 @@ _CONFIG = "config.json"
 _HF_SAFETENSORS = "model.safetensors"
 _HF_TORCH = "pytorch_model.bin"
 _PARAMS = "params.safetensors"
+TOKENIZER_FILE = "spiece.model"  # the SentencePiece model's name in HF XLNet directories
 
 # HF key under "transformer.layer.{i}." -> (our path under params["layers"], torch Linear weight?).
 _LAYER_KEYS = {
@@ -344,6 +345,7 @@ def import_hf(src: str | os.PathLike, out: str | os.PathLike) -> ModelConfig:
     """`xlnet-jax import-hf SRC --out DIR`: HF directory -> our params directory."""
     config, params = load_hf(src)
     save_params_dir(out, config, params)
+    _copy_tokenizer(src, out)
     return config
 
 
@@ -351,4 +353,12 @@ def export_hf(src_params_dir: str | os.PathLike, out: str | os.PathLike) -> Mode
     """`xlnet-jax export-hf SRC --out DIR`: our params directory -> HF directory."""
     config, params = load_params_dir(src_params_dir)
     save_hf(out, config, params)
+    _copy_tokenizer(src_params_dir, out)
     return config
+
+
+def _copy_tokenizer(src: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Carries SRC's spiece.model along, so `train --init_from OUT` can check the corpus's."""
+    tokenizer = paths.as_path(src) / TOKENIZER_FILE
+    if tokenizer.is_file():
+        tokenizer.copy(paths.as_path(out) / TOKENIZER_FILE, overwrite=True)

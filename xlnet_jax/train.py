@@ -24,6 +24,7 @@ from xlnet_jax.checkpoint_meta import make_meta
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import NonFiniteError, SavedAndInterrupted
 from xlnet_jax.evaluate import make_evaluator
+from xlnet_jax.init_from import Source, check_source, load_source, place_params
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.preflight import check_run
 from xlnet_jax.program import build_program
@@ -193,13 +194,19 @@ def _state_bytes(abstract_state: TrainState) -> int:
 
 
 def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str, *, change_schedule: bool = False
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    change_schedule: bool = False,
+    init_from: str | None = None,
 ) -> TrainState | None:
     """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints.
 
     A resumed run's config may differ from the one saved in WORKDIR/config.json only as
     run_config.check_rerun allows (schedule fields with change_schedule). A run already
-    at num_train_steps says so and returns None without compiling anything.
+    at num_train_steps says so and returns None without compiling anything. A new run
+    starts from the params at `init_from` when given (see init_from.py); a resumed one
+    ignores it.
     """
     step = run_config.newest_step(workdir)
     saved = run_config.load(workdir)
@@ -216,13 +223,24 @@ def train_and_evaluate(
         )
         return None
     manifest, fingerprint = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
+    source = None
+    if init_from and step is not None:
+        log.info("Resuming from step %d: --init_from %s is not used.", step, init_from)
+    elif init_from:
+        source = load_source(init_from)
+        check_source(source, config, manifest)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
-        return _train(config, workdir, mesh, manifest, fingerprint)
+        return _train(config, workdir, mesh, manifest, fingerprint, source)
 
 
 def _train(
-    config: ml_collections.ConfigDict, workdir: str, mesh, manifest: Manifest, fingerprint: str
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    mesh,
+    manifest: Manifest,
+    fingerprint: str,
+    source: Source | None,
 ) -> TrainState:
     """The body of train_and_evaluate, traced under the mesh and its logical axis rules."""
     primary = jax.process_index() == 0
@@ -239,6 +257,15 @@ def _train(
         if state is None:
             _announce_new_run(workdir)
             state = program.init_state()
+            if source is not None:
+                params = place_params(source.params, program.state_shardings.params)
+                state = state.replace(params=params)
+                log.info(
+                    "Starting from the params of the %s %s; the step, optimizer state and "
+                    "memory start fresh.",
+                    source.kind,
+                    source.path,
+                )
         elif state.mems is None:
             state = state.replace(mems=program.zero_mems())
         start_step = int(jax.device_get(state.step))

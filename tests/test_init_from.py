@@ -1,0 +1,101 @@
+"""Continued pretraining: `train --init_from` an export of a trained run starts from its params.
+
+One export of the session's reference run (tests/train_harness.py) serves every test: the
+first step of a run started from it must score exactly what the source scores on that batch.
+"""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests import train_harness as harness
+from tests.helpers import assert_f32_close
+from tests.train_config import get_config
+from xlnet_jax import hf, sharding, steps
+from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
+from xlnet_jax.data.manifest import load_manifest
+from xlnet_jax.errors import ConfigError, DataError
+from xlnet_jax.init_from import check_source, load_source, place_params
+from xlnet_jax.program import build_program
+
+# A dropout-free run: its first training loss is a deterministic forward, as eval's is.
+NO_DROPOUT = ("--config.dropout=0", "--config.dropatt=0")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(source workdir, its `xlnet-jax export-hf` directory)."""
+    source = harness.reference_run()
+    out = tmp_path_factory.mktemp("export") / "hf"
+    done = subprocess.run(
+        [sys.executable, "-m", "xlnet_jax.cli", "export-hf", str(source), "--out", str(out)],
+        env=harness.environment(), capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # One line naming the step, none of orbax's read-only warnings.
+    assert done.stdout.startswith(f"exported step 12 of {source} (its newest checkpoint)")
+    assert done.stderr == "", done.stderr
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o644
+    return source, out
+
+
+def source_loss_on_first_batch(source, config) -> float:
+    """The source's deterministic PLM loss on a new run's step-0 batch and PLM sample."""
+    params = harness.final_params(source)
+    program = build_program(config, sharding.make_mesh(config))
+    with program.activate():
+        state = program.init_state()
+        plm_key, _ = steps.step_keys(state.rng, 0)
+        batch = program.put_batch(program.batcher(config.corpus_dir, "train").batch(0))
+        params = place_params(params, program.state_shardings.params)
+        _, (nll, count, _) = program.eval_step(params, program.zero_mems(), batch, plm_key)
+    return float(nll / count)
+
+
+def test_first_step_from_an_hf_export_scores_as_the_source(exported, tmp_path):
+    source, out = exported
+    workdir = tmp_path / "continued"
+    steps_ = ("--config.num_train_steps=1", "--config.warmup_steps=0")
+    harness.run(workdir, "--init_from", str(out), *NO_DROPOUT, *steps_)
+    assert f"Starting from the params of the HF directory {out}" in harness.log_tail(workdir)
+    config = get_config()
+    config.update(corpus_dir=harness.corpus_dir(), dropout=0.0, dropatt=0.0)
+    # The same forward compiled twice (inside the train step's grad, and alone): fusion may
+    # reorder its sums, ~sqrt(64) roundings for each of the ~20 contractions of 2 layers,
+    # passed on through the log-softmax's normalisation into the mean loss: 160 roundings.
+    assert_f32_close(
+        harness.losses(workdir)[1], source_loss_on_first_batch(source, config), roundings=160
+    )
+
+
+def test_every_source_kind_gives_the_same_params(exported, tmp_path):
+    source, out = exported
+    hf.import_hf(out, tmp_path / "params")
+    want = load_source(str(source))
+    for path, kind in ((out, "HF directory"), (tmp_path / "params", "params directory")):
+        got = load_source(str(path))
+        assert got.kind == kind
+        for name in ARCHITECTURE_FIELDS:
+            assert getattr(got.model, name) == getattr(want.model, name), name
+        harness.assert_trees_equal(got.params, want.params)
+        assert got.tokenizer is not None  # carried along by export-hf and import-hf
+
+
+def test_another_architecture_or_tokenizer_is_refused_in_one_line(exported, tmp_path):
+    _, out = exported
+    config = get_config()
+    config.update(corpus_dir=harness.corpus_dir(), d_inner=128, n_layer=3)
+    manifest = load_manifest(config.corpus_dir)
+    with pytest.raises(ConfigError) as info:
+        check_source(load_source(str(out)), config, manifest)
+    assert str(info.value) == (
+        f"--init_from {out}: its architecture differs in n_layer, d_inner (the config has "
+        "n_layer=3, d_inner=128); pass --config.n_layer=2 --config.d_inner=64."
+    )
+    other = shutil.copytree(out, tmp_path / "other-tokenizer")
+    (other / "spiece.model").write_bytes(b"another tokenizer")
+    config.update(d_inner=64, n_layer=2)
+    with pytest.raises(DataError, match=r"is not the one .* prepared with; prepare the corpus"):
+        check_source(load_source(str(other)), config, manifest)

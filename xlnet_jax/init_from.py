@@ -1,0 +1,104 @@
+"""`train --init_from PATH`: a new run that starts from another model's params.
+
+PATH is an HF XLNetLMHeadModel directory (as `import-hf` reads it: model.safetensors, or a
+weights-only pytorch_model.bin), an `import-hf` output (params.safetensors), or another
+run's workdir (its newest checkpoint). Only the params are taken: the step, the optimizer
+state and the recurrence memory start fresh, as in any new run.
+
+The config's architecture fields must equal the source's (the error names each one).
+The source's tokenizer, when it has one (an HF directory's or a params directory's
+spiece.model, a workdir's corpus tokenizer), must be the corpus's: token ids mean nothing
+under another vocabulary, so a mismatch is refused; a source without one is warned about.
+"""
+
+import dataclasses
+import hashlib
+import logging
+import pathlib
+
+import jax
+import ml_collections
+import numpy as np
+
+from xlnet_jax import hf
+from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
+from xlnet_jax.checkpoint_reader import load_trained_params
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.manifest import Manifest, load_manifest
+from xlnet_jax.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Params to start from: where they come from, their model config and tokenizer."""
+
+    path: str
+    kind: str  # "HF directory", "params directory" or "workdir"
+    model: ModelConfig
+    params: dict
+    tokenizer: str | None
+
+
+def load_source(path: str) -> Source:
+    """Reads the params of an HF directory, a params directory or a train workdir."""
+    root = pathlib.Path(path)
+    if not root.is_dir():
+        raise ConfigError(f"--init_from {path}: no such directory.")
+    if (root / "checkpoints").is_dir():
+        config, params, _ = load_trained_params(path)
+        tokenizer = None
+        if config.corpus_dir and (pathlib.Path(config.corpus_dir) / "manifest.json").is_file():
+            tokenizer = load_manifest(config.corpus_dir).tokenizer_path
+        return Source(path, "workdir", ModelConfig.from_config(config), params, tokenizer)
+    if (root / "params.safetensors").is_file():
+        model, params = hf.load_params_dir(root)
+        kind = "params directory"
+    else:
+        model, params = hf.load_hf(root)
+        kind = "HF directory"
+    tokenizer = root / hf.TOKENIZER_FILE
+    return Source(path, kind, model, params, str(tokenizer) if tokenizer.is_file() else None)
+
+
+def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Manifest) -> None:
+    """Refuses another architecture or another tokenizer than the run's, in one line."""
+    differ = [name for name in ARCHITECTURE_FIELDS if getattr(source.model, name) != config[name]]
+    if differ:
+        wanted = " ".join(f"--config.{n}={getattr(source.model, n)}" for n in differ)
+        got = ", ".join(f"{n}={config[n]!r}" for n in differ)
+        raise ConfigError(
+            f"--init_from {source.path}: its architecture differs in "
+            f"{', '.join(differ)} (the config has {got}); pass {wanted}."
+        )
+    if source.tokenizer is None:
+        log.warning(
+            "--init_from %s: it has no %s to compare with the corpus's tokenizer; make sure "
+            "%s was prepared with the tokenizer these params were trained with.",
+            source.path,
+            hf.TOKENIZER_FILE,
+            manifest.path,
+        )
+        return
+    if _sha256(source.tokenizer) != manifest.tokenizer["sha256"]:
+        raise DataError(
+            f"--init_from {source.path}: its tokenizer {source.tokenizer} is not the one "
+            f"{manifest.path} was prepared with; prepare the corpus again with "
+            f"`xlnet-jax prepare --spm_model {source.tokenizer} ...`."
+        )
+
+
+def place_params(params: dict, shardings) -> dict:
+    """Host params -> global arrays in the run's param shardings (any process count)."""
+
+    def place(array, sharding):
+        array = np.asarray(array, np.float32)
+        return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+    return jax.tree.map(place, params, shardings)
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
