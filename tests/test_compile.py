@@ -50,3 +50,11 @@ def test_cli_names_a_bad_topology_in_one_line():
     assert done.returncode == 1
     assert "--topology" in done.stderr and "v3:16x16" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_durations_keep_three_digits_at_any_scale():
+    assert [aot.format_duration(t) for t in (12.5, 0.0123, 3.2e-5)] == [
+        "12.5 s",
+        "12.3 ms",
+        "32 µs",
+    ]

@@ -8,6 +8,7 @@ prints one line and exits 130 (train saves first; see train.py).
 
 import dataclasses
 import difflib
+import glob
 import logging
 import os
 import sys
@@ -400,6 +401,23 @@ def _unknown_override(name: str, rest: list[str]) -> UsageError | None:
     return None
 
 
+def _has_accelerator() -> bool:
+    """Whether this machine shows a TPU (or GPU) device, without initialising any backend."""
+    devices = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/kfd")
+    return any(glob.glob(pattern) for pattern in devices) or "TPU_ACCELERATOR_TYPE" in os.environ
+
+
+def _select_platform(name: str) -> None:
+    """CPU when no accelerator is present, unless JAX_PLATFORMS already says otherwise.
+
+    With libtpu installed (the test extra brings it), JAX otherwise lets libtpu probe for
+    a TPU first, and on a CPU machine that prints a screen of errors before every command.
+    `compile` keeps the default: it asks libtpu for TPU topologies, with no TPU present.
+    """
+    if name != "compile" and "JAX_PLATFORMS" not in os.environ and not _has_accelerator():
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
 def _exit_now(code: int) -> None:
     """Exits without waiting for library threads: the error line stays the last word.
 
@@ -427,6 +445,7 @@ def main(argv: list[str]) -> int:
         _print_usage()
         return 2
     command = COMMANDS[name]
+    _select_platform(name)
     fv = flags.FlagValues()
     command.define(fv)
     if "--help" in rest or "-h" in rest:

@@ -146,6 +146,14 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
     return report, compiled
 
 
+def format_duration(seconds: float) -> str:
+    """Three significant digits in s, ms or µs: a tiny config's step is not "0.0 ms"."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-6:.3g} µs"
+
+
 def format_report(r: CompileReport) -> str:
     """The human-readable report; the last line says whether it fits."""
     lines = [
@@ -161,8 +169,8 @@ def format_report(r: CompileReport) -> str:
         ]
     lines += [
         f"  model FLOPs per step per device    {r.model_flops:.3e} (analytic)",
-        f"  roofline step time at 100% / 50% MFU: {r.step_time_at_peak * 1e3:.1f} ms / "
-        f"{2 * r.step_time_at_peak * 1e3:.1f} ms",
+        f"  roofline step time at 100% / 50% MFU: {format_duration(r.step_time_at_peak)} / "
+        f"{format_duration(2 * r.step_time_at_peak)}",
     ]
     if r.fits:
         lines.append(
