@@ -4,6 +4,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 
 import pytest
 import sentencepiece as spm
@@ -42,6 +43,9 @@ def test_directory_instead_of_files():
     directory = scratch("dir")
     with pytest.raises(DataError, match="is a directory; pass its files or a glob"):
         prepare_corpus([directory], scratch("out"), spm_model=model())
+    # Named with a trailing slash, as shells complete it: the glob has one slash.
+    with pytest.raises(DataError, match=re.escape(f"a glob like '{directory}/*.txt'.")):
+        prepare_corpus([directory + "/"], scratch("out"), spm_model=model())
 
 
 def test_only_empty_files_are_refused():

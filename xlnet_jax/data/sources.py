@@ -69,7 +69,8 @@ def expand_paths(inputs: list[str]) -> list[str]:
             if not matches:
                 raise DataError(f"No file matches {item!r}; check the pattern and quote it.")
         elif os.path.isdir(item):
-            raise DataError(f"{item} is a directory; pass its files or a glob like '{item}/*.txt'.")
+            pattern = os.path.join(item.rstrip("/") or "/", "*.txt")
+            raise DataError(f"{item} is a directory; pass its files or a glob like '{pattern}'.")
         elif not os.path.exists(item):
             raise DataError(f"Input {item} does not exist; check the path.")
         else:
