@@ -11,6 +11,5 @@ if [ ! -f demo/corpus/manifest.json ]; then
 fi
 .venv/bin/xlnet-jax train --config configs/tiny.py --workdir demo/run \
   --config.corpus_dir demo/corpus "$@"
-.venv/bin/xlnet-jax eval --config configs/tiny.py --workdir demo/run \
-  --config.corpus_dir demo/corpus "$@"
+.venv/bin/xlnet-jax eval --workdir demo/run   # with the run's own config (config.json)
 echo "TensorBoard: .venv/bin/tensorboard --logdir demo/run/tensorboard"

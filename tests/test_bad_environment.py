@@ -13,8 +13,9 @@ import pytest
 
 from tests import train_harness as harness
 from tests.train_config import get_config
-from xlnet_jax import train
+from xlnet_jax import evaluate, train
 from xlnet_jax import workdir as workdir_lib
+from xlnet_jax.errors import CheckpointError
 
 DiskUsage = collections.namedtuple("DiskUsage", "total used free")
 
@@ -28,6 +29,21 @@ def test_workdir_below_a_file_is_refused(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(workdir_lib.WorkdirError, match=r"a-file/run is not writable \(Not a dir"):
         workdir_lib.prepare_workdir(str(blocker / "run"), checkpoint_bytes=0)
+
+
+def test_workdir_that_is_a_file_is_named_as_such(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(workdir_lib.WorkdirError, match=r"a-file is a file, not a directory; pick"):
+        workdir_lib.prepare_workdir(str(blocker), checkpoint_bytes=0)
+
+
+def test_eval_of_an_empty_workdir_creates_nothing_in_it(tmp_path):
+    config = get_config()
+    config.corpus_dir = harness.corpus_dir()
+    with pytest.raises(CheckpointError, match=r"has no checkpoint to evaluate; train first"):
+        evaluate.evaluate_workdir(config, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")

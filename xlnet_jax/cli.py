@@ -18,7 +18,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from xlnet_jax.errors import SavedAndInterrupted, UsageError, XLNetJaxError
+from xlnet_jax.errors import UsageError, XLNetJaxError
 
 # The shell's status for a process stopped by Ctrl-C (128 + SIGINT).
 INTERRUPTED_EXIT_CODE = 130
@@ -58,7 +58,7 @@ def _define_config(fv: flags.FlagValues, sys_argv: list[str] | None = None) -> N
     )
 
 
-def _define_eval(fv: flags.FlagValues) -> None:
+def _define_workdir_command(fv: flags.FlagValues) -> None:
     _define_config(fv)
     flags.DEFINE_string(
         "workdir",
@@ -98,7 +98,7 @@ def _define_eval(fv: flags.FlagValues) -> None:
 
 
 def _define_train(fv: flags.FlagValues) -> None:
-    _define_eval(fv)
+    _define_workdir_command(fv)
     flags.DEFINE_string(
         "init_from",
         None,
@@ -184,26 +184,20 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
     config = _config(fv)
     workdir = _require(fv, "workdir")
     _setup_jax(fv)
-    if fv.dry_run:
-        import jax
-
-        from xlnet_jax.preflight import check_run
-
-        manifest, _ = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
-        if fv.init_from:
-            from xlnet_jax.init_from import check_source, load_source
-
-            check_source(load_source(fv.init_from), config, manifest)
-        print(
-            f"dry run: the config and the corpus {manifest.path} pass every check on "
-            f"{jax.device_count()} device(s); nothing was compiled or written."
-        )
-        return 0
     from xlnet_jax import train
 
-    train.train_and_evaluate(
-        config, workdir, change_schedule=fv.change_schedule, init_from=fv.init_from
-    )
+    options = dict(change_schedule=fv.change_schedule, init_from=fv.init_from)
+    if fv.dry_run:
+        plan = train.plan_run(config, workdir, **options)
+        print(
+            f"dry run: the config and the corpus {plan.manifest.path} pass every check; "
+            "nothing was compiled or written."
+        )
+        return 0
+    try:
+        train.train_and_evaluate(config, workdir, **options)
+    except train.SavedAndInterrupted:  # the loop printed how to continue
+        _exit_now(INTERRUPTED_EXIT_CODE)
     return 0
 
 
@@ -328,7 +322,9 @@ COMMANDS = {
     ),
     "train": Command("Pretrain (resumes automatically from WORKDIR).", _define_train, _train_main),
     "eval": Command(
-        "Evaluate WORKDIR's newest checkpoint on the validation split.", _define_eval, _eval_main
+        "Evaluate WORKDIR's newest checkpoint on the validation split.",
+        _define_workdir_command,
+        _eval_main,
     ),
     "compile": Command(
         "AOT-compile the train step for a TPU topology and report memory.",
@@ -465,9 +461,8 @@ def main(argv: list[str]) -> int:
     except XLNetJaxError as e:  # its message is the whole story
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
         _exit_now(1)
-    except KeyboardInterrupt as e:  # Ctrl-C: one line, no traceback, the shell's status
-        if not isinstance(e, SavedAndInterrupted):
-            print(f"\nxlnet-jax {name}: interrupted; nothing was saved.", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop: one line, no traceback
+        print(f"\nxlnet-jax {name}: interrupted (Ctrl-C).", file=sys.stderr)
         _exit_now(INTERRUPTED_EXIT_CODE)
 
 

@@ -47,10 +47,3 @@ class HFFormatError(XLNetJaxError, ValueError):
 
 class MissingFileError(XLNetJaxError, FileNotFoundError):
     """A file the command needs is not there; the message names it."""
-
-
-class SavedAndInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped training after it saved; the line saying how to continue is printed.
-
-    A KeyboardInterrupt, so a Python caller still sees the interrupt it asked for.
-    """

@@ -80,7 +80,12 @@ def _evaluate(
     result = evaluate(state.params)
     result["step"] = int(jax.device_get(state.step))
     result["unigram_entropy"] = unigram_entropy(manifest, config.vocab_size)
-    writer = MetricsWriter(workdir, enabled=jax.process_index() == 0, subdir="eval")
+    step = result["step"]
+    writer = MetricsWriter(
+        workdir,
+        enabled=jax.process_index() == 0,
+        drop=lambda r: r.get("kind") == "eval" and r.get("step") == step,
+    )
     writer.write(
         result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]}, kind="eval"
     )

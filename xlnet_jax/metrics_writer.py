@@ -15,6 +15,7 @@ import pathlib
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -25,9 +26,24 @@ log = logging.getLogger(__name__)
 
 
 class MetricsWriter:
-    """Appends one JSON object per logged step and a TensorBoard scalar per metric."""
+    """Appends one JSON object per logged step and a TensorBoard scalar per metric.
 
-    def __init__(self, workdir: str, *, enabled: bool = True, subdir: str = "train"):
+    Training and `xlnet-jax eval` write to the same TensorBoard run ("train"), so the
+    held-out curve is one series whichever wrote its points.
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        *,
+        enabled: bool = True,
+        drop: Callable[[dict], bool] | None = None,
+    ):
+        """Opens the sinks; `drop` first removes the records of metrics.jsonl it matches.
+
+        A resumed run drops the records past its checkpoint, which it logs again, and
+        `xlnet-jax eval` the evaluation it replaces: each step is in the file once.
+        """
         self.enabled = enabled
         if not enabled:
             return
@@ -38,8 +54,10 @@ class MetricsWriter:
             self.jsonl_path.write_bytes((self._remote / "metrics.jsonl").read_bytes())
         _end_torn_line(self.jsonl_path)
         self._root = root
+        if drop is not None:
+            _drop_records(self.jsonl_path, drop)
         self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
-        self._events = EventFileWriter(str(root / "tensorboard" / subdir))
+        self._events = EventFileWriter(str(root / "tensorboard" / "train"))
 
     def write(self, step: int, scalars: dict[str, float], *, kind: str = "train") -> None:
         """Records `scalars` at `step` in both sinks and flushes, so a kill loses nothing."""
@@ -87,6 +105,23 @@ def _end_torn_line(path: pathlib.Path) -> None:
         f.seek(-1, 2)
         if f.read(1) != b"\n":
             f.write(b"\n")
+
+
+def _drop_records(path: pathlib.Path, drop: Callable[[dict], bool]) -> None:
+    """Rewrites `path` (atomically) without the records `drop` matches and torn lines."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not (isinstance(record, dict) and drop(record)):
+            kept.append(line + "\n")
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def read_metrics(workdir: str, kind: str = "train") -> dict[int, dict]:

@@ -3,11 +3,12 @@
 A run in a workdir that already holds checkpoints resumes from the newest intact one, with
 its recurrence memory, bit-for-bit: the batch at step t and the step's randomness are pure
 functions of (seed, step). SIGTERM and Ctrl-C save at the next step boundary and stop;
-after Ctrl-C the loop raises errors.SavedAndInterrupted, which the CLI exits 130 on.
+after Ctrl-C the loop raises SavedAndInterrupted, which the CLI exits 130 on.
 """
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -22,7 +23,7 @@ from xlnet_jax import flops, paths, run_config, sharding, steps
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.checkpoint_meta import make_meta
 from xlnet_jax.data.manifest import Manifest
-from xlnet_jax.errors import NonFiniteError, SavedAndInterrupted
+from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.init_from import Source, check_source, load_source, place_params
 from xlnet_jax.metrics_writer import MetricsWriter
@@ -95,6 +96,13 @@ class _Preemption:
     def restore(self) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
+
+
+class SavedAndInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped training after it saved; the line saying how to continue is printed.
+
+    A KeyboardInterrupt, so a Python caller still sees the interrupt it asked for.
+    """
 
 
 class _NonFiniteMonitor:
@@ -180,7 +188,7 @@ def _announce_new_run(workdir: str) -> None:
     if metrics.exists() and metrics.stat().length:
         log.warning(
             "Starting from step 0 in %s: it holds no checkpoint, but %s has records of an "
-            "earlier attempt (stopped before its first checkpoint?); they are re-logged.",
+            "earlier attempt (stopped before its first checkpoint?); they are replaced.",
             workdir,
             metrics,
         )
@@ -193,6 +201,51 @@ def _state_bytes(abstract_state: TrainState) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state))
 
 
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What the checks before compiling found: the corpus and where the run starts.
+
+    Attributes:
+      manifest, fingerprint: the corpus the config names, checked against it.
+      resume_step: the newest checkpoint's step, or None for a new run.
+      source: the params a new run starts from (--init_from), or None.
+    """
+
+    manifest: Manifest
+    fingerprint: str
+    resume_step: int | None
+    source: Source | None
+
+
+def plan_run(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    change_schedule: bool = False,
+    init_from: str | None = None,
+) -> RunPlan:
+    """Every check that needs no compiling (`train --dry_run` runs only these).
+
+    A resumed run's config may differ from the one saved in WORKDIR/config.json only as
+    run_config.check_rerun allows (schedule fields with change_schedule); the config and
+    corpus pass preflight.check_run; a new run's --init_from source fits both.
+    """
+    step = run_config.newest_step(workdir)
+    saved = run_config.load(workdir)
+    if step is not None and saved is not None:
+        line = run_config.check_rerun(saved, config, step, change_schedule=change_schedule)
+        if line:
+            log.info(line)
+    manifest, fingerprint = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
+    source = None
+    if init_from and step is not None:
+        log.info("Resuming from step %d: --init_from %s is not used.", step, init_from)
+    elif init_from:
+        source = load_source(init_from)
+        check_source(source, config, manifest)
+    return RunPlan(manifest, fingerprint, step, source)
+
+
 def train_and_evaluate(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -202,47 +255,27 @@ def train_and_evaluate(
 ) -> TrainState | None:
     """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints.
 
-    A resumed run's config may differ from the one saved in WORKDIR/config.json only as
-    run_config.check_rerun allows (schedule fields with change_schedule). A run already
-    at num_train_steps says so and returns None without compiling anything. A new run
-    starts from the params at `init_from` when given (see init_from.py); a resumed one
-    ignores it.
+    After plan_run's checks, a run already at num_train_steps says so and returns None
+    without compiling anything. A new run starts from the params at `init_from` when given
+    (see init_from.py); a resumed one ignores it.
     """
-    step = run_config.newest_step(workdir)
-    saved = run_config.load(workdir)
-    if step is not None and saved is not None:
-        line = run_config.check_rerun(saved, config, step, change_schedule=change_schedule)
-        if line:
-            log.info(line)
-    if step is not None and step >= config.num_train_steps:
+    plan = plan_run(config, workdir, change_schedule=change_schedule, init_from=init_from)
+    if plan.resume_step is not None and plan.resume_step >= config.num_train_steps:
         log.info(
             "%s: already complete at step %d; raise --config.num_train_steps (with "
             "--change_schedule) to continue.",
             workdir,
-            step,
+            plan.resume_step,
         )
         return None
-    manifest, fingerprint = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
-    source = None
-    if init_from and step is not None:
-        log.info("Resuming from step %d: --init_from %s is not used.", step, init_from)
-    elif init_from:
-        source = load_source(init_from)
-        check_source(source, config, manifest)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
-        return _train(config, workdir, mesh, manifest, fingerprint, source)
+        return _train(config, workdir, mesh, plan)
 
 
-def _train(
-    config: ml_collections.ConfigDict,
-    workdir: str,
-    mesh,
-    manifest: Manifest,
-    fingerprint: str,
-    source: Source | None,
-) -> TrainState:
+def _train(config: ml_collections.ConfigDict, workdir: str, mesh, plan: RunPlan) -> TrainState:
     """The body of train_and_evaluate, traced under the mesh and its logical axis rules."""
+    manifest, fingerprint, source = plan.manifest, plan.fingerprint, plan.source
     primary = jax.process_index() == 0
     program = build_program(config, mesh)
     checkpoint_bytes = _state_bytes(program.abstract_state)
@@ -281,7 +314,10 @@ def _train(
 
         evaluate = make_evaluator(program, manifest.path) if config.eval_every else None
 
-        writer = MetricsWriter(workdir, enabled=primary)
+        # Records past the restored step are of a lost attempt; the run logs them again.
+        writer = MetricsWriter(
+            workdir, enabled=primary, drop=lambda record: record.get("step", 0) > start_step
+        )
         cleanup.callback(writer.close)
         progress = ProgressLine(config.num_train_steps, enabled=primary)
         flops_per_step = flops.train_flops_per_step(config)

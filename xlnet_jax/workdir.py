@@ -81,6 +81,8 @@ def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock | Object
     (object_lease.py), since object storage has no locks.
     """
     root = paths.as_path(workdir)
+    if root.exists() and not root.is_dir():
+        raise WorkdirError(f"Workdir {root} is a file, not a directory; pick another --workdir.")
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-test-{jax.process_index()}-{os.getpid()}"
