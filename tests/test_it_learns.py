@@ -77,7 +77,8 @@ def test_heldout_loss_falls_far_below_unigram_entropy(tmp_path):
         capture_output=True, text=True, env=environment(), timeout=600,
     )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    # It replaces the run's record of that evaluation, in the same TensorBoard run.
+    # Training recorded that evaluation already: it is not recorded twice. One TensorBoard
+    # run holds the training and the evaluations.
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "eval"] == [300]
     assert sorted(p.name for p in (workdir / "tensorboard").iterdir()) == ["train"]

@@ -14,7 +14,7 @@ import pytest
 
 from tests import train_harness as harness
 from tests.train_config import get_config
-from xlnet_jax import run_config, steps
+from xlnet_jax import evaluate, run_config, steps
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
@@ -140,7 +140,7 @@ def test_a_new_global_batch_restores_all_but_the_memory(straight, tmp_path, capl
         state = checkpointer.restore(abstract, config, fingerprint)
     checkpointer.close()
     assert int(state.step) == 12 and state.mems is None
-    assert "the recurrence memory restarts from zeros" in caplog.text
+    assert "(batch_size 8 -> 16): the recurrence memory restarts from zeros" in caplog.text
     harness.assert_trees_equal(state.params, harness.final_params(straight))
 
 
@@ -194,3 +194,20 @@ def test_a_rerun_lists_changes_refuses_architecture_and_asks_before_moving_the_s
         "changed since step 6: batch_size 8 → 16, num_train_steps 12 → 24; "
         "the learning rate at step 6 goes from 0.002001 to 0.002572"
     )
+
+
+def test_eval_is_recorded_once_in_the_training_tensorboard_run(straight, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    workdir = harness.copy_run(straight, tmp_path / "evaluated")
+    config = get_config()
+    config.corpus_dir = harness.corpus_dir()
+    result = evaluate.evaluate_workdir(config, str(workdir))
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["loss"]) for row in rows if row["kind"] == "eval"] == [
+        (12, result["loss"])
+    ]
+    assert sorted(p.name for p in (workdir / "tensorboard").iterdir()) == ["train"]
+    events = EventAccumulator(str(workdir / "tensorboard" / "train"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/loss")] == [12]

@@ -231,15 +231,14 @@ def _state_items(state: TrainState) -> dict:
 
 
 def _warn_memory_restarts(step: int, saved: dict, config: ml_collections.ConfigDict) -> None:
-    """Says why the recurrence memory of `step` is not restored."""
+    """Says why the recurrence memory of `step` is not restored, naming only what changed."""
+    changed = ", ".join(
+        f"{name} {saved.get(name)} -> {config[name]}"
+        for name in ("batch_size", "mem_len", "n_layer", "d_model")
+        if saved.get(name) != config[name]
+    )
     log.warning(
-        "The global batch or memory shape changed since step %d (batch_size %s -> %s, "
-        "mem_len %s -> %s, n_layer %s -> %s): the recurrence memory restarts from zeros.",
+        "The memory's shape changed since step %d (%s): the recurrence memory restarts from zeros.",
         step,
-        saved.get("batch_size"),
-        config.batch_size,
-        saved.get("mem_len"),
-        config.mem_len,
-        saved.get("n_layer"),
-        config.n_layer,
+        changed,
     )

@@ -4,6 +4,7 @@ Training imports `make_evaluator` from here; evaluation never depends on the loo
 """
 
 import logging
+import pathlib
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import CheckpointError
-from xlnet_jax.metrics_writer import MetricsWriter
+from xlnet_jax.metrics_writer import MetricsWriter, read_metrics
 from xlnet_jax.preflight import check_run
 from xlnet_jax.program import Program, build_program
 
@@ -80,14 +81,15 @@ def _evaluate(
     result = evaluate(state.params)
     result["step"] = int(jax.device_get(state.step))
     result["unigram_entropy"] = unigram_entropy(manifest, config.vocab_size)
-    step = result["step"]
-    writer = MetricsWriter(
-        workdir,
-        enabled=jax.process_index() == 0,
-        drop=lambda r: r.get("kind") == "eval" and r.get("step") == step,
+    # Recorded unless training already evaluated this checkpoint: each step once in
+    # metrics.jsonl. Appended, never rewritten: a run may be writing the file right now.
+    recorded = (pathlib.Path(workdir) / "metrics.jsonl").exists() and result["step"] in (
+        read_metrics(workdir, kind="eval")
     )
-    writer.write(
-        result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]}, kind="eval"
-    )
-    writer.close()
+    if not recorded:
+        writer = MetricsWriter(workdir, enabled=jax.process_index() == 0)
+        writer.write(
+            result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]}, kind="eval"
+        )
+        writer.close()
     return result

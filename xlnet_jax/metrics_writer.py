@@ -41,8 +41,8 @@ class MetricsWriter:
     ):
         """Opens the sinks; `drop` first removes the records of metrics.jsonl it matches.
 
-        A resumed run drops the records past its checkpoint, which it logs again, and
-        `xlnet-jax eval` the evaluation it replaces: each step is in the file once.
+        A resumed run drops the records past its checkpoint, which it logs again, so each
+        step is in the file once. Only the run that holds the workdir lock may drop.
         """
         self.enabled = enabled
         if not enabled:
