@@ -203,17 +203,15 @@ def _state_bytes(abstract_state: TrainState) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    """What the checks before compiling found: the corpus and where the run starts.
+    """What the checks before compiling found: the corpus and the params to start from.
 
     Attributes:
       manifest, fingerprint: the corpus the config names, checked against it.
-      resume_step: the newest checkpoint's step, or None for a new run.
       source: the params a new run starts from (--init_from), or None.
     """
 
     manifest: Manifest
     fingerprint: str
-    resume_step: int | None
     source: Source | None
 
 
@@ -243,7 +241,7 @@ def plan_run(
     elif init_from:
         source = load_source(init_from)
         check_source(source, config, manifest)
-    return RunPlan(manifest, fingerprint, step, source)
+    return RunPlan(manifest, fingerprint, source)
 
 
 def train_and_evaluate(
@@ -252,22 +250,15 @@ def train_and_evaluate(
     *,
     change_schedule: bool = False,
     init_from: str | None = None,
-) -> TrainState | None:
+) -> TrainState:
     """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints.
 
-    After plan_run's checks, a run already at num_train_steps says so and returns None
-    without compiling anything. A new run starts from the params at `init_from` when given
-    (see init_from.py); a resumed one ignores it.
+    Returns the final state. After plan_run's checks, a run whose newest intact checkpoint
+    is at num_train_steps says so and returns it without compiling the train step. A new
+    run starts from the params at `init_from` when given (see init_from.py); a resumed one
+    ignores it.
     """
     plan = plan_run(config, workdir, change_schedule=change_schedule, init_from=init_from)
-    if plan.resume_step is not None and plan.resume_step >= config.num_train_steps:
-        log.info(
-            "%s: already complete at step %d; raise --config.num_train_steps (with "
-            "--change_schedule) to continue.",
-            workdir,
-            plan.resume_step,
-        )
-        return None
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
         return _train(config, workdir, mesh, plan)
@@ -304,6 +295,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh, plan: RunPlan)
         start_step = int(jax.device_get(state.step))
         if primary:
             run_config.save(workdir, config)
+        if start_step >= config.num_train_steps:
+            log.info(
+                "%s: already complete at step %d; raise --config.num_train_steps (with "
+                "--change_schedule) to continue.",
+                workdir,
+                start_step,
+            )
+            return state
         if start_step:
             log.info("Resumed from step %d in %s", start_step, workdir)
 
