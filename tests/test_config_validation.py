@@ -7,6 +7,8 @@ import pytest
 
 from tests.helpers import small_config
 from tests.test_data_common import small_corpus
+from xlnet_jax import cli
+from xlnet_jax.errors import UsageError
 from xlnet_jax.preflight import check_run
 from xlnet_jax.validate import ConfigError, validate_config
 from xlnet_jax.workdir import load_corpus_manifest
@@ -188,3 +190,11 @@ def test_dry_run_checks_without_compiling_or_writing(tmp_path):
     assert "dry run: the config and the corpus" in good.stdout
     assert "Compiled" not in good.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_without_config_a_workdir_with_no_run_names_what_is_missing(tmp_path):
+    """A rerun or eval takes WORKDIR/config.json; before the first run there is none."""
+    with pytest.raises(UsageError, match=r"^--config.batch_size needs --config \(.* no run yet"):
+        cli._with_run_config(["--workdir", str(tmp_path), "--config.batch_size=16"])
+    (tmp_path / "config.json").write_text(small_config().to_json_best_effort())
+    assert cli._with_run_config(["--workdir", str(tmp_path)])[0].endswith(f"py:{tmp_path}")

@@ -167,9 +167,13 @@ def _with_run_config(rest: list[str]) -> list[str]:
             workdir = arg.split("=", 1)[1]
     from xlnet_jax import run_config
 
-    if workdir is None or run_config.load(workdir) is None:
-        return rest
-    return [run_config.config_flag(workdir), *rest]
+    if workdir is not None and run_config.load(workdir) is not None:
+        return [run_config.config_flag(workdir), *rest]
+    override = next((arg for arg in rest if arg.startswith("--config.")), None)
+    if override:
+        where = f"{workdir} holds no run yet" if workdir else "no --workdir"
+        raise UsageError(f"{override.split('=')[0]} needs --config ({where}).")
+    return rest
 
 
 def _require(fv: flags.FlagValues, name: str) -> str:
