@@ -1,12 +1,13 @@
 """Small: train on your own small folder of text, on CPU, on the first try.
 
-xlnet-jax prepare --out mycorpus 'mytext/*.txt' --vocab_size 1000 --validation_fraction 0.1
+xlnet-jax prepare --out mycorpus 'mytext/*.txt' --vocab_size 1000 --validation_fraction 0.2
 xlnet-jax train --config configs/small.py --workdir runs/mine --config.corpus_dir=mycorpus
 
-The tiny model (2 x 128) on 64-token rows, a batch of 8 and 2 validation batches: one step
-reads 256 training tokens and an evaluation 512 validation tokens, so some 20 kB of text
-suffices (10% held out). Warmup and evaluation follow num_train_steps (a tenth, a half)
-unless set themselves, so `--config.num_train_steps=N` alone gives a consistent schedule.
+The tiny model (2 x 128) on 64-token rows, a batch of 8 and one validation batch: a step
+reads 8 streams x 32 = 256 training tokens and an evaluation as many validation tokens, so
+each split needs at least 256 (prepare prints both sizes). Warmup and evaluation follow
+num_train_steps (a tenth, a half) unless set themselves, so `--config.num_train_steps=N`
+alone gives a consistent schedule.
 """
 
 from xlnet_jax.config import default_config
@@ -35,6 +36,6 @@ def get_config():
     c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.log_every = 10
     c.eval_every = c.get_ref("num_train_steps") // 2
-    c.eval_steps = 2
+    c.eval_steps = 1
     c.checkpoint_every = 100
     return c

@@ -110,7 +110,13 @@ def corpus_problems(
         )
         fixes = []
         if split == "validation":
-            fraction = min(0.5, math.ceil(100 * 1.5 * need / max(total, 1)) / 100)
+            # Documents are held out whole, so the share of tokens follows the share of
+            # documents only roughly: scale the current fraction, with a margin.
+            if have:
+                wanted = manifest.validation_fraction * need / have * 1.25
+            else:
+                wanted = 1.5 * need / max(total, 1)
+            fraction = min(0.5, math.ceil(100 * wanted) / 100)
             most_steps = have // max(streams * config.reuse_len, 1)
             if most_steps >= 1:
                 fixes.append(f"--config.eval_steps={most_steps}")
