@@ -176,11 +176,19 @@ def unfinished_writes(workdir: pathlib.Path) -> dict[str, tuple[int, int]]:
 
 
 class MetricsTail:
-    """The steps that one run appends to metrics.jsonl (earlier runs' lines are skipped)."""
+    """The steps that one run appends to metrics.jsonl (earlier runs' lines are skipped).
+
+    A resumed run first rewrites the file without the records past its checkpoint (a new
+    inode): the tail then reads it from the start. What it keeps are steps at or before
+    the resume point, below any step a kill waits for.
+    """
 
     def __init__(self, workdir: pathlib.Path):
         self.path = workdir / "metrics.jsonl"
-        self.offset = self.path.stat().st_size if self.path.exists() else 0
+        self.offset, self.inode = 0, None
+        if self.path.exists():
+            stat = self.path.stat()
+            self.offset, self.inode = stat.st_size, stat.st_ino
         self.newest = None
 
     def poll(self) -> int | None:
@@ -188,6 +196,9 @@ class MetricsTail:
         if not self.path.exists():
             return self.newest
         with open(self.path, "rb") as f:
+            inode = os.fstat(f.fileno()).st_ino
+            if inode != self.inode:
+                self.offset, self.inode = 0, inode
             f.seek(self.offset)
             chunk = f.read()
         complete = chunk[: chunk.rfind(b"\n") + 1]
