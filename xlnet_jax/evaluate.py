@@ -4,7 +4,6 @@ Training imports `make_evaluator` from here; evaluation never depends on the loo
 """
 
 import logging
-import pathlib
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +11,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from xlnet_jax import run_config, sharding
+from xlnet_jax import paths, run_config, sharding
 from xlnet_jax.checkpoint import Checkpointer
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.data.manifest import Manifest
@@ -83,7 +82,7 @@ def _evaluate(
     result["unigram_entropy"] = unigram_entropy(manifest, config.vocab_size)
     # Recorded unless training already evaluated this checkpoint: each step once in
     # metrics.jsonl. Appended, never rewritten: a run may be writing the file right now.
-    recorded = (pathlib.Path(workdir) / "metrics.jsonl").exists() and result["step"] in (
+    recorded = (paths.as_path(workdir) / "metrics.jsonl").exists() and result["step"] in (
         read_metrics(workdir, kind="eval")
     )
     if not recorded:

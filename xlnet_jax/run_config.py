@@ -9,11 +9,10 @@ architecture changes and changes the learning-rate schedule only when asked to.
 
 import json
 import os
-import pathlib
 
 import ml_collections
 
-from xlnet_jax import optim
+from xlnet_jax import optim, paths
 from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
 from xlnet_jax.errors import ConfigError
 
@@ -31,13 +30,13 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
     """config_flags' entry point: the saved config of the run in `workdir`."""
     config = load(workdir)
     if config is None:
-        raise ConfigError(f"{pathlib.Path(workdir) / CONFIG_FILE} not found; pass --config.")
+        raise ConfigError(f"{paths.as_path(workdir) / CONFIG_FILE} not found; pass --config.")
     return config
 
 
 def load(workdir: str) -> ml_collections.ConfigDict | None:
     """The config saved in `workdir`, or None if the run has not saved one."""
-    path = pathlib.Path(workdir) / CONFIG_FILE
+    path = paths.as_path(workdir) / CONFIG_FILE
     if not path.is_file():
         return None
     try:
@@ -53,15 +52,13 @@ def load(workdir: str) -> ml_collections.ConfigDict | None:
 
 def save(workdir: str, config: ml_collections.ConfigDict) -> None:
     """Writes `workdir`/config.json atomically."""
-    path = pathlib.Path(workdir) / CONFIG_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_plain(config), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(_plain(config), indent=2, sort_keys=True) + "\n"
+    paths.write_bytes_atomic(paths.as_path(workdir) / CONFIG_FILE, text.encode())
 
 
 def newest_step(workdir: str) -> int | None:
     """The newest finished checkpoint step in `workdir` (without opening it), or None."""
-    directory = pathlib.Path(workdir) / "checkpoints"
+    directory = paths.as_path(workdir) / "checkpoints"
     if not directory.is_dir():
         return None
     done = [
