@@ -4,6 +4,7 @@ prepare -> train -> SIGKILL -> resume (bit-exact) -> eval -> export-hf, and the 
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -27,23 +28,31 @@ def gcs():
 
 
 def _cli(gcs_url, cwd, *args, slow: float = 0.0):
-    """Starts `xlnet-jax ARGS` against the emulator, in `cwd`, its cache under cwd/cache."""
+    """Starts `xlnet-jax ARGS` against the emulator, in `cwd`, its cache under cwd/cache.
+
+    Its output goes to a file, never a pipe: a pipe nobody reads while the test polls for a
+    checkpoint fills up and blocks the run.
+    """
     prefix = [str(harness.SLOW_STEPS), str(slow)] if slow else ["-m", "xlnet_jax.cli"]
     env = harness.environment(
         **gcs_emulator.environment(gcs_url), **{paths.CACHE_ENV: str(cwd / "cache")}
     )
-    return subprocess.Popen(
-        [sys.executable, *prefix, *args],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    log = tempfile.NamedTemporaryFile("w+", dir=cwd, suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, *prefix, *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
     )
+    process.log = log
+    return process
+
+
+def _output(process) -> str:
+    process.log.seek(0)
+    return process.log.read()
 
 
 def _ok(process) -> str:
-    output = process.communicate(timeout=400)[0]
+    process.wait(timeout=400)
+    output = _output(process)
     assert process.returncode == 0, output[-3000:]
     return output
 
@@ -70,7 +79,7 @@ def test_prepare_train_kill_resume_eval_export_on_gs(gcs, tmp_path):
     done = paths.as_path(workdir) / "checkpoints" / "6" / "commit_success.txt"
     deadline = time.time() + 300
     while not done.exists():
-        assert run.poll() is None and time.time() < deadline, run.communicate()[0][-3000:]
+        assert run.poll() is None and time.time() < deadline, _output(run)[-3000:]
         time.sleep(0.05)
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=60)

@@ -11,8 +11,9 @@ import math
 
 import ml_collections
 
-from xlnet_jax import validate
+from xlnet_jax import paths, validate
 from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
+from xlnet_jax.data.staging import stage_corpus
 from xlnet_jax.errors import ConfigError, DataError
 from xlnet_jax.validate_fields import field_problem
 
@@ -46,6 +47,8 @@ def check_run(
     if problems:
         lines = "\n".join(f"  {problem}" for problem in problems)
         raise ConfigError(f"{len(problems)} problems with the config and corpus:\n{lines}")
+    if paths.is_remote(config.corpus_dir):  # ArrayRecord reads local files: a verified copy
+        manifest = stage_corpus(manifest)
     return manifest, manifest_fingerprint(manifest)
 
 
