@@ -28,6 +28,23 @@ def straight():
     return harness.reference_run()
 
 
+def test_profile_steps_leave_a_trace_for_tensorboard_and_perfetto(straight, tmp_path):
+    traces = straight / "profile" / "plugins" / "profile"
+    assert len(list(traces.glob("*/*.xplane.pb"))) == 1, harness.log_tail(straight)
+    assert len(list(traces.glob("*/*.trace.json.gz"))) == 1
+    bad = harness.run_to_failure(tmp_path / "bad", "--profile_steps=10")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert (
+        bad.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "--profile_steps='10': expected START:END with 0 <= START < END, e.g. 10:15 "
+            "(traces the steps after step 10 up to step 15)"
+        )
+    )
+    assert not (tmp_path / "bad").exists()
+
+
 def test_sigkill_after_checkpoint_then_resume_is_bit_exact(straight, tmp_path):
     workdir = tmp_path / "killed"
     process = harness.start(workdir, step_delay=0.5)

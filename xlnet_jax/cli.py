@@ -120,6 +120,13 @@ def _define_train(fv: flags.FlagValues) -> None:
         "compile nothing.",
         flag_values=fv,
     )
+    flags.DEFINE_string(
+        "profile_steps",
+        "",
+        "START:END traces the steps from START to END with jax.profiler into "
+        "WORKDIR/profile/ (TensorBoard's profile plugin, ui.perfetto.dev); e.g. 20:23.",
+        flag_values=fv,
+    )
 
 
 def _setup_jax(fv: flags.FlagValues) -> None:
@@ -191,6 +198,9 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax import train
 
     options = dict(change_schedule=fv.change_schedule, init_from=fv.init_from)
+    from xlnet_jax.profiling import parse_steps
+
+    parse_steps(fv.profile_steps)  # a bad value fails here, before anything compiles
     if fv.dry_run:
         plan = train.plan_run(config, workdir, **options)
         print(
@@ -199,7 +209,7 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
         )
         return 0
     try:
-        train.train_and_evaluate(config, workdir, **options)
+        train.train_and_evaluate(config, workdir, profile_steps=fv.profile_steps, **options)
     except train.SavedAndInterrupted:  # the loop printed how to continue
         _exit_now(INTERRUPTED_EXIT_CODE)
     return 0

@@ -28,6 +28,7 @@ from xlnet_jax.evaluate import make_evaluator
 from xlnet_jax.init_from import Source, check_source, load_source, place_params
 from xlnet_jax.metrics_writer import MetricsWriter
 from xlnet_jax.preflight import check_run
+from xlnet_jax.profiling import StepProfiler
 from xlnet_jax.program import build_program
 from xlnet_jax.train_progress import ProgressLine
 from xlnet_jax.train_state import TrainState
@@ -250,21 +251,28 @@ def train_and_evaluate(
     *,
     change_schedule: bool = False,
     init_from: str | None = None,
+    profile_steps: str = "",
 ) -> TrainState:
     """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints.
 
     Returns the final state. After plan_run's checks, a run whose newest intact checkpoint
     is at num_train_steps says so and returns it without compiling the train step. A new
     run starts from the params at `init_from` when given (see init_from.py); a resumed one
-    ignores it.
+    ignores it. `profile_steps` ("START:END") traces those steps (profiling.py).
     """
     plan = plan_run(config, workdir, change_schedule=change_schedule, init_from=init_from)
+    profiler = StepProfiler(profile_steps, workdir)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
-        return _train(config, workdir, mesh, plan)
+        try:
+            return _train(config, workdir, mesh, plan, profiler)
+        finally:
+            profiler.stop()
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, mesh, plan: RunPlan) -> TrainState:
+def _train(
+    config: ml_collections.ConfigDict, workdir: str, mesh, plan: RunPlan, profiler: StepProfiler
+) -> TrainState:
     """The body of train_and_evaluate, traced under the mesh and its logical axis rules."""
     manifest, fingerprint, source = plan.manifest, plan.fingerprint, plan.source
     primary = jax.process_index() == 0
@@ -333,10 +341,12 @@ def _train(config: ml_collections.ConfigDict, workdir: str, mesh, plan: RunPlan)
             batch = program.put_batch(next_batch.result())
             if step + 1 < config.num_train_steps:
                 next_batch = prefetch.submit(train_batcher.batch, step + 1)
+            profiler.before_step(step)
             with jax.transfer_guard("disallow"):
                 state, metrics = step_fn(state, batch)
             pending.append(metrics)
             done = step + 1
+            profiler.after_step(done, metrics)
             # Steps counted from this run's start: JAX's sync protocol puts the save at one
             # past the highest count reported, so a notice that arrives while a resumed
             # run restores or compiles (count 0) must not point at an absolute step long past.
