@@ -10,29 +10,14 @@ num_train_steps (a tenth, a half) unless set themselves, so `--config.num_train_
 alone gives a consistent schedule.
 """
 
-from xlnet_jax.config import default_config
+from xlnet_jax.config import cpu_demo_setting, default_config
 
 
 def get_config():
-    c = default_config()
+    c = cpu_demo_setting(default_config())
     c.vocab_size = 1000  # prepare with --vocab_size 1000
-    c.d_model = 128
-    c.n_layer = 2
-    c.n_head = 2
-    c.d_head = 64
-    c.d_inner = 512
-    c.scan_unroll = 2
-    c.seq_len = 64
-    c.reuse_len = 32
-    c.mem_len = 32
-    c.perm_size = 32
-    c.num_predict = 21
-    c.mask_alpha = 2  # predict a third of each row, as tiny (see configs/tiny.py)
-    c.dropout = 0.0
-    c.dropatt = 0.0
     c.batch_size = 8
     c.num_train_steps = 1000
-    c.learning_rate = 1e-3
     c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.log_every = 10
     c.eval_every = c.get_ref("num_train_steps") // 2

@@ -97,6 +97,27 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
+def cpu_demo_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A 2 x 128 model on 64-token rows predicting a third of each row (mask_alpha 2; the
+    paper predicts a sixth), no dropout: tiny and small add their corpus and schedule."""
+    c.d_model = 128
+    c.n_layer = 2
+    c.n_head = 2
+    c.d_head = 64
+    c.d_inner = 512
+    c.scan_unroll = 2
+    c.seq_len = 64
+    c.reuse_len = 32
+    c.mem_len = 32
+    c.perm_size = 32
+    c.num_predict = 21
+    c.mask_alpha = 2
+    c.dropout = 0.0
+    c.dropatt = 0.0
+    c.learning_rate = 1e-3
+    return c
+
+
 def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The paper's sequence layout, objective and optimisation (XLNET_REFERENCE.md 3-4), in
     bfloat16 with remat for TPU; base and large add their widths."""
