@@ -15,9 +15,9 @@ import pytest
 
 from tests.test_data_common import scratch, small_corpus
 from xlnet_jax.config import default_config
+from xlnet_jax.preflight import check_run
 from xlnet_jax.validate import ConfigError, validate_config
 from xlnet_jax.validate_fields import KINDS
-from xlnet_jax.workdir import load_corpus_manifest
 
 DEVICES = 8
 NAN, INF = float("nan"), float("inf")
@@ -147,7 +147,7 @@ def rejection(c) -> str | None:
     """The one-line message `train` would stop with before compiling, or None if it passes."""
     try:
         validate_config(c, DEVICES)
-        load_corpus_manifest(c)
+        check_run(c, DEVICES, evaluates=False)
     except ConfigError as e:
         return str(e)
     return None

@@ -11,7 +11,6 @@ from xlnet_jax import cli
 from xlnet_jax.errors import UsageError
 from xlnet_jax.preflight import check_run
 from xlnet_jax.validate import ConfigError, validate_config
-from xlnet_jax.workdir import load_corpus_manifest
 
 # (overrides, devices, the field the message must name, a word of the constraint)
 BAD_CONFIGS = [
@@ -102,7 +101,7 @@ def test_cli_rejects_unknown_field_and_bad_value_in_one_line(tmp_path):
 def test_tokenizer_vocab_must_match_the_config():
     """The prepared corpus's tokenizer has 500 pieces; a 100-entry embedding cannot hold it."""
     with pytest.raises(ConfigError) as info:
-        load_corpus_manifest(small_config(corpus_dir=small_corpus()))
+        check_run(small_config(corpus_dir=small_corpus()), 1, evaluates=False)
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("config.vocab_size: must equal the tokenizer's vocabulary, 500")
@@ -111,7 +110,7 @@ def test_tokenizer_vocab_must_match_the_config():
 
 def test_missing_corpus_dir_is_named():
     with pytest.raises(ConfigError, match=r"config.corpus_dir: is empty; run `xlnet-jax prepare"):
-        load_corpus_manifest(small_config(corpus_dir=""))
+        check_run(small_config(corpus_dir=""), 1, evaluates=False)
 
 
 def _empty_dir(tmp_path) -> str:

@@ -19,8 +19,8 @@ from tests.train_config import get_config
 from xlnet_jax import sharding
 from xlnet_jax.checkpoint_reader import load_trained_params, read_checkpoint
 from xlnet_jax.metrics_writer import read_metrics
+from xlnet_jax.preflight import check_run
 from xlnet_jax.program import build_program
-from xlnet_jax.workdir import load_corpus_manifest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "tests" / "train_config.py")
@@ -114,7 +114,7 @@ def restore_setup(**overrides):
     config.corpus_dir = overrides.pop("corpus_dir", None) or corpus_dir()
     for name, value in overrides.items():
         config[name] = value
-    _, fingerprint = load_corpus_manifest(config)
+    _, fingerprint = check_run(config, jax.device_count(), evaluates=False)
     program = build_program(config, sharding.make_mesh(config))
     return config, fingerprint, program.abstract_state
 

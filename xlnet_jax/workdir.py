@@ -9,14 +9,11 @@ import os
 import shutil
 
 import jax
-import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
 from xlnet_jax import paths
-from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint
-from xlnet_jax.data.staging import stage_corpus
-from xlnet_jax.errors import ConfigError, DataError, WorkdirError
+from xlnet_jax.errors import WorkdirError
 from xlnet_jax.object_lease import ObjectLease
 
 # Free space kept in reserve beyond one checkpoint (metrics, TensorBoard, orbax metadata).
@@ -95,28 +92,3 @@ def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock | Object
     check_free_space(str(root), checkpoint_bytes + MIN_FREE_BYTES, "training starts")
     lock = root / f".lock-process-{jax.process_index()}"
     return ObjectLease(str(lock)) if paths.is_remote(workdir) else WorkdirLock(str(lock))
-
-
-def load_corpus_manifest(config: ml_collections.ConfigDict):
-    """The prepared corpus's manifest and fingerprint, checked against config.vocab_size.
-
-    A corpus on object storage is staged to this host's disk first (data/staging.py): the
-    returned manifest's path is the local copy.
-    """
-    if not config.corpus_dir:
-        raise ConfigError(
-            "config.corpus_dir: is empty; run `xlnet-jax prepare --out DIR` and pass "
-            "--config.corpus_dir=DIR."
-        )
-    try:
-        manifest = load_manifest(config.corpus_dir)
-    except DataError as e:
-        raise ConfigError(f"config.corpus_dir: {e}") from None
-    if paths.is_remote(config.corpus_dir):
-        manifest = stage_corpus(manifest)
-    if manifest.vocab_size != config.vocab_size:
-        raise ConfigError(
-            f"config.vocab_size: must equal the tokenizer's vocabulary, {manifest.vocab_size} "
-            f"in {config.corpus_dir} (got {config.vocab_size})."
-        )
-    return manifest, manifest_fingerprint(manifest)
