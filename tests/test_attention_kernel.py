@@ -8,21 +8,25 @@ tile is shrunk to 8 so that every case spans several query and key blocks with p
 
 import dataclasses
 import functools
+import types
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
 from jax.sharding import Mesh
 
 from xlnet_jax import plm, sharding
 from xlnet_jax.attention import RelativeBiases, TwoStreamRelativeAttention
 from xlnet_jax.config import DEFAULT_AXIS_RULES, ModelConfig, default_config
-from xlnet_jax.kernels import masks
+from xlnet_jax.kernels import masks, tiles
+from xlnet_jax.kernels import mesh as kernel_mesh
 from xlnet_jax.kernels import relative_attention as kernel_module
 from xlnet_jax.model import XLNetLM, _kernel_rows, _stream_rows
 from xlnet_jax.position import default_backward_rows, relative_positional_encoding
+from xlnet_jax.program import build_program
 from xlnet_jax.validate import ConfigError, validate_config
 
 BASE = ModelConfig(
@@ -126,8 +130,8 @@ def tile_of_8(monkeypatch):
     monkeypatch.setattr(kernel_module, "TPU_BLOCK", 8)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_kernel_matches_xla(case, tile_of_8):
+def assert_kernel_matches_xla(case: Case):
+    """One layer's outputs (1e-5) and gradients (1e-4) through the kernel against the XLA path."""
     module, params, shared, inputs, dense, kernel = layer_inputs(case)
     cotangent = jax.tree.map(
         lambda x: jnp.asarray(np.random.default_rng(1).normal(size=x.shape), x.dtype),
@@ -148,6 +152,43 @@ def test_kernel_matches_xla(case, tile_of_8):
     for name, got, want in zip(("params", "shared", "inputs"), got_grads, want_grads, strict=True):
         if want is not None:
             assert max_rel_error(got, want) < 1e-4, name
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_kernel_matches_xla(case, tile_of_8):
+    assert_kernel_matches_xla(case)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=lambda c: c.name)
+def test_kernel_with_the_barrel_shift_matches_xla(case, tile_of_8, monkeypatch):
+    """The shift TPU v2-v4 get (no strided roll there), chosen by the traced-for device kind."""
+    monkeypatch.setattr(kernel_mesh, "NO_STRIDED_ROLL", ("cpu",))
+    assert_kernel_matches_xla(case)
+
+
+@pytest.mark.parametrize("strided_roll", [True, False])
+@pytest.mark.parametrize("b", [8, 16])
+def test_window_shift_and_its_transpose(strided_roll, b):
+    """shift_window: out[a, c] = wide[a, b - 1 - a + c]; unshift_window is its transpose."""
+    spec = tiles.TileSpec(b, 1.0, b, 0, strided_roll)
+    rng = np.random.default_rng(b)
+    wide = jnp.asarray(rng.normal(size=(b, 2 * b)), jnp.float32)
+    tile = jnp.asarray(rng.normal(size=(b, b)), jnp.float32)
+
+    def kernel(wide_ref, tile_ref, shifted_ref, unshifted_ref):
+        shifted_ref[...] = tiles.shift_window(wide_ref[...], spec)
+        unshifted_ref[...] = tiles.unshift_window(tile_ref[...])
+
+    shifted, unshifted = pl.pallas_call(
+        kernel,
+        out_shape=[jax.ShapeDtypeStruct((b, b), jnp.float32), wide],
+        interpret=True,
+    )(wide, tile)
+    a, c = np.meshgrid(np.arange(b), np.arange(b), indexing="ij")
+    np.testing.assert_array_equal(shifted, np.asarray(wide)[a, b - 1 - a + c])
+    want = np.zeros((b, 2 * b), np.float32)
+    want[a, b - 1 - a + c] = tile
+    np.testing.assert_array_equal(unshifted, want)
 
 
 def test_reuse_block_never_sees_new_block(tile_of_8):
@@ -284,3 +325,13 @@ def test_attention_impl_is_validated_up_front(overrides, message):
         validate_config(config)
     config.update(attention_impl="pallas", dropatt=0.0)
     validate_config(config)
+
+
+def test_pallas_on_a_gpu_mesh_is_refused_up_front():
+    """No GPU backend exists: the kernel would run interpreted there, so build_program refuses."""
+    config = default_config()
+    config.update(attention_impl="pallas", dropatt=0.0)
+    gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
+    fake_mesh = types.SimpleNamespace(devices=np.array([gpu], dtype=object))
+    with pytest.raises(ConfigError, match="attention_impl='pallas'.*interpreted on gpu"):
+        build_program(config, fake_mesh)

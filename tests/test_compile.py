@@ -11,7 +11,9 @@ from configs.tiny import get_config as tiny_config
 from tests.helpers import small_config
 from xlnet_jax import compile as aot
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.errors import ConfigError
 from xlnet_jax.hf import param_shapes
+from xlnet_jax.kernels import mesh as kernel_mesh
 
 
 @pytest.mark.parametrize("topology", ["v3:2x2", "v4:2x2x1", "v5e:2x2"])
@@ -27,6 +29,30 @@ def test_tiny_compiles_and_fits(topology):
     assert report.argument_bytes > 3 * num_params * 4 / report.num_devices
     assert report.xla_flops > 0 and report.model_flops > 0
     assert "fits:" in aot.format_report(report).splitlines()[-1]
+
+
+@pytest.mark.parametrize("topology", ["v4:2x2x1", "v5e:2x2"])
+def test_tiny_compiles_with_the_attention_kernel(topology):
+    """Mosaic compiles the kernel for tiny's short, unaligned sequences (padded to whole tiles)
+    on v4 (barrel shift: no strided roll there) and v5e (strided roll)."""
+    config = tiny_config()
+    config.update(attention_impl="pallas", dropatt=0.0)
+    report, compiled = aot.compile_train_step(config, topology)
+    assert compiled is not None and report.fits
+    assert "xlnet_relative_attention_bwd" in compiled.as_text()
+
+
+def test_a_kernel_that_mosaic_cannot_compile_is_one_config_error(monkeypatch):
+    """Forcing the strided roll on v4 (which lacks it) fails in libtpu; the user sees one line."""
+    monkeypatch.setattr(kernel_mesh, "NO_STRIDED_ROLL", ())
+    config = tiny_config()
+    config.update(attention_impl="pallas", dropatt=0.0)
+    with pytest.raises(ConfigError) as failure:
+        aot.compile_train_step(config, "v4:2x2x1")
+    message = str(failure.value)
+    assert len(message.splitlines()) == 1
+    assert "attention_impl='pallas'" in message and "TPU v4" in message
+    assert "LLO_CHECK" in message and "attention_impl=xla" in message
 
 
 def test_oversized_config_says_does_not_fit_with_advice(tmp_path):

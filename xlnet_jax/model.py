@@ -60,18 +60,11 @@ def validate_model_config(cfg: ModelConfig) -> None:
         )
 
 
-# TPU generations whose Mosaic compiler lacks the strided lane rotation the kernel's shift
-# uses: the kernel fails to compile there (LLO_CHECK ... SupportsVectorRotateLaneStride, seen
-# compiling large for v4:8x8x8).
-_NO_STRIDED_ROLL = ("TPU v2", "TPU v3", "TPU v4")
-
-
 def uses_kernel(cfg: ModelConfig) -> bool:
-    """Whether attention runs through the Pallas kernel: "pallas", or "auto" on a TPU
-    default backend of v5 or later without dropatt (the kernel has none)."""
+    """Whether attention runs through the Pallas kernel: "pallas", or "auto" on a TPU default
+    backend without dropatt (the kernel has none; elsewhere it would run interpreted)."""
     if cfg.attention_impl == "auto":
-        kind = jax.devices()[0].device_kind if jax.default_backend() == "tpu" else ""
-        return bool(kind) and not kind.startswith(_NO_STRIDED_ROLL) and cfg.dropatt == 0
+        return jax.default_backend() == "tpu" and cfg.dropatt == 0
     return cfg.attention_impl == "pallas"
 
 

@@ -8,6 +8,7 @@ implementation, a remat policy, a profiler hook) has this one place to go.
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable
 
 import jax
@@ -19,8 +20,18 @@ from jax.sharding import Mesh
 from xlnet_jax import optim, placement, sharding, steps
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.errors import ConfigError
+from xlnet_jax.model import XLNetLM, uses_kernel
 from xlnet_jax.train_state import TrainState
+
+# How Mosaic and libtpu name a failure to compile a Pallas kernel.
+_KERNEL_FAILURE = re.compile(r"Mosaic failed|LLO_CHECK|MosaicError")
+
+
+def _first_line(error: Exception) -> str:
+    """The first line of an error that names the kernel failure (libtpu prefixes warnings)."""
+    lines = str(error).splitlines()
+    return next((line for line in lines if _KERNEL_FAILURE.search(line)), lines[0])[:300]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +70,24 @@ class Program:
         return sharding.activate(self.mesh, self.config.logical_axis_rules)
 
     def compile_train_step(self):
-        """The train step lowered for the abstract state and batch, and compiled (AOT)."""
+        """The train step lowered for the abstract state and batch, and compiled (AOT).
+
+        A Mosaic failure to compile the attention kernel is a ConfigError naming
+        attention_impl, not a libtpu traceback.
+        """
         with self.activate():
-            return self.train_step.lower(self.abstract_state, self.abstract_batch).compile()
+            lowered = self.train_step.lower(self.abstract_state, self.abstract_batch)
+        try:
+            return lowered.compile()
+        except Exception as e:  # noqa: BLE001 - Mosaic's and libtpu's error types are not public
+            if not uses_kernel(self.model.config) or not _KERNEL_FAILURE.search(str(e)):
+                raise
+            kind = self.mesh.devices.flat[0].device_kind
+            raise ConfigError(
+                f"config.attention_impl={self.config.attention_impl!r}: the Pallas attention "
+                f"kernel does not compile for {kind} ({_first_line(e)}); set "
+                "--config.attention_impl=xla, and please report the config and chip."
+            ) from None
 
     def zero_mems(self) -> jax.Array:
         """A recurrence memory of zeros, in the state's memory sharding."""
@@ -97,6 +123,13 @@ def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:
     `Program.activate`) or through `Program.compile_train_step`.
     """
     model = XLNetLM(ModelConfig.from_config(config))
+    platform = mesh.devices.flat[0].platform
+    if config.attention_impl == "pallas" and platform not in ("tpu", "cpu"):
+        raise ConfigError(
+            f"config.attention_impl='pallas': the attention kernel has a TPU (Mosaic) backend "
+            f"only, and would run interpreted on {platform}; set --config.attention_impl=xla "
+            "(or auto)."
+        )
     tx = optim.make_optimizer(config)
     schedule = optim.learning_rate_schedule(config)
     init_state, abstract_state, state_shardings = placement.build_state(config, model, tx, mesh)

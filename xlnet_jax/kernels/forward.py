@@ -18,7 +18,7 @@ def positional_tile(spec: tiles.TileSpec, pos_ref, qr_ref, ib, jb) -> jax.Array:
     """float32 [b, b] positional scores: the shifted window, or the bias tile."""
     if spec.windowed:
         _, win = tiles.window(pos_ref, spec, ib, jb)
-        return tiles.shift_window(tiles.dot_t(qr_ref[...], win))
+        return tiles.shift_window(tiles.dot_t(qr_ref[...], win), spec)
     return pos_ref[...].astype(jnp.float32)
 
 

@@ -4,6 +4,9 @@ A Pallas call is opaque to XLA's partitioner, which would gather its inputs whol
 device. Under a mesh (sharding.activate) the call runs inside `jax.shard_map` instead, each
 device on its own rows (the logical "batch" axes) and heads ("heads"), as the surrounding
 activations are laid out.
+
+It also reads which chip the step is traced for (the abstract mesh's device, so an AOT compile
+for a TPU topology from a CPU host sees the topology's chip), to pick the kernel's shift.
 """
 
 import functools
@@ -14,12 +17,23 @@ from jax.sharding import PartitionSpec as P
 
 from xlnet_jax.kernels.relative_attention import relative_attention
 
+# TPU generations whose Mosaic has no strided lane rotation (tiles.TileSpec.strided_roll).
+NO_STRIDED_ROLL = ("TPU v2", "TPU v3", "TPU v4")
+
+
+def target_device_kind() -> str:
+    """device_kind of the chip being traced for: the active mesh's, else the default device's."""
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    return device.device_kind if device else jax.devices()[0].device_kind
+
 
 def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positions):
     """relative_attention (same arguments), mapped over the active mesh's batch and head axes."""
     mesh = jax.sharding.get_abstract_mesh()
+    strided_roll = not target_device_kind().startswith(NO_STRIDED_ROLL)
+    attend = functools.partial(relative_attention, strided_roll=strided_roll)
     if mesh.empty or mesh.size == 1:
-        return relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positions)
+        return attend(q, k, v, k_r, biases, seg_embed, row, key, positions)
     batch, heads = nn.logical_to_mesh_axes(("batch", "heads"))
     per_head = P(batch, None, heads, None)
     specs = (
@@ -35,10 +49,6 @@ def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positi
     args = (q, k, v, k_r, biases, seg_embed, row, key)
     if positions is not None:
         specs, args = (*specs, P(batch, None)), (*args, positions)
-    fn = (
-        relative_attention
-        if positions is not None
-        else functools.partial(relative_attention, positions=None)
-    )
+    fn = attend if positions is not None else functools.partial(attend, positions=None)
     # check_vma=False: pallas_call's outputs carry no varying-axes annotation.
     return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=per_head, check_vma=False)(*args)

@@ -20,18 +20,10 @@ from xlnet_jax.kernels import tiles
 from xlnet_jax.kernels.backward import backward
 from xlnet_jax.kernels.forward import forward
 
-# TPU tiles: keys lie along the 128 lanes of a vreg.
+# Rows and keys per tile. Keys lie along the 128 lanes of a TPU vreg, and Mosaic rotates
+# and slices only lane-aligned tiles ("unsupported unaligned shape" otherwise), so every
+# shape is padded to whole tiles of 128, short sequences included.
 TPU_BLOCK = 128
-
-
-def choose_block(num_rows: int, num_keys: int) -> int:
-    """Rows and keys per tile: one block when the stream fits one, else TPU_BLOCK.
-
-    Both forms satisfy Mosaic's tiling (a block dimension is a multiple of (8, 128) or the
-    whole padded dimension).
-    """
-    longest = max(num_rows, num_keys)
-    return TPU_BLOCK if longest > TPU_BLOCK else -(-longest // 8) * 8
 
 
 def _on_platform(fn, *args):
@@ -106,6 +98,7 @@ def relative_attention(
     positions: jax.Array | None,
     *,
     block: int | None = None,
+    strided_roll: bool = True,
 ) -> jax.Array:
     """Softmax attention of one stream's query rows over [memory ; segment] keys.
 
@@ -118,7 +111,8 @@ def relative_attention(
       row: int32 [B, Q, ROW_FIELDS] and key: int32 [B, KEY_FIELDS, K], see `masks`.
       positions: None for the content stream (Q = L, row i at position i: windowed
         positional term); int32 [B, Q] segment positions of the query stream's rows.
-      block: rows and keys per tile; None chooses (choose_block).
+      block: rows and keys per tile; None: TPU_BLOCK.
+      strided_roll: whether the target chip rotates lanes with a stride (TileSpec).
 
     Returns:
       [B, Q, N, H] attention output in q's dtype (before the output projection).
@@ -127,7 +121,7 @@ def relative_attention(
     batch, num_rows, _, d_head = q.shape
     num_keys = k.shape[1]
     seg_len = k_r.shape[1] - num_keys
-    b = block or choose_block(num_rows, num_keys)
+    b = block or TPU_BLOCK
     rows_p, keys_p = -(-num_rows // b) * b, -(-num_keys // b) * b
     qs = q + r_s
     seg = jnp.einsum("bqnh,snh->bnqs", qs, seg_embed, preferred_element_type=jnp.float32)
@@ -144,7 +138,7 @@ def relative_attention(
         rel_index = seg_len - positions[:, :, None] + jnp.arange(num_keys)
         pos_src = jnp.take_along_axis(all_pos, rel_index[:, None], axis=-1)
         pos_src = _pad_axis(_pad_axis(pos_src, 2, 0, rows_p), 3, 0, keys_p)
-    spec = tiles.TileSpec(b, d_head**-0.5, num_keys, offset)
+    spec = tiles.TileSpec(b, d_head**-0.5, num_keys, offset, strided_roll)
     out = _attend(
         spec,
         _heads_first(q + r_w, rows_p),

@@ -5,7 +5,8 @@ A tile covers query rows [ib * b, (ib + 1) * b) and keys [jb * b, (jb + 1) * b) 
   content     (q + r_w) . k;
   positional  (q + r_r) . k_r[L - t + j]. For the content stream (t = i) the distances of a
               tile form one window of 2b rows of the padded k_r; the tile is computed against
-              the window and shifted row by row with a strided roll (`shift_window`). The
+              the window and shifted row by row (`shift_window`): one strided roll where
+              the chip has it (TPU v5 and later), else uniform rolls and selects. The
               query stream (targets at arbitrary t) passes a precomputed bias tile instead;
   segment     (q + r_s) . seg_embed[same / other], precomputed as 2 columns per row.
 The mask comes from the row and key info vectors of `masks`.
@@ -34,12 +35,15 @@ class TileSpec:
       num_keys: K, real keys (the rest of the last key block is padding, never attended).
       window_offset: content stream: index in the padded k_r of the window of tile (0, 0);
         tile (ib, jb) starts (jb - ib) * b further. None: the query stream (bias tiles).
+      strided_roll: shift with one strided lane rotation (Mosaic has it on TPU v5 and later;
+        on v2-v4 it fails with `SupportsVectorRotateLaneStride`), else with a barrel shifter.
     """
 
     block: int
     scale: float
     num_keys: int
     window_offset: int | None
+    strided_roll: bool = True
 
     @property
     def windowed(self) -> bool:
@@ -63,26 +67,40 @@ def window(kr_ref, spec: TileSpec, ib, jb) -> tuple[jax.Array, jax.Array]:
     return start, kr_ref[pl.ds(start, 2 * b), :]
 
 
-def shift_window(wide: jax.Array) -> jax.Array:
+def roll_rows_by_index(x: jax.Array, direction: int) -> jax.Array:
+    """Row a of x rotated along the lanes by a (direction 1: right, -1: left).
+
+    A barrel shifter: for each bit of a, one uniform roll of the whole tile and a select.
+    It needs no strided rotation, which TPU v2-v4 lack and which cannot run with stride -1.
+    """
+    width = x.shape[1]
+    row = jax.lax.broadcasted_iota(jnp.int32, x.shape, 0)
+    for bit in range((x.shape[0] - 1).bit_length()):
+        step = 1 << bit
+        moved = pltpu.roll(x, step if direction > 0 else width - step, 1)
+        x = jnp.where((row & step) != 0, moved, x)
+    return x
+
+
+def shift_window(wide: jax.Array, spec: TileSpec) -> jax.Array:
     """[b, 2b] scores against a window -> [b, b] tile: out[a, c] = wide[a, b - 1 - a + c]."""
     b = wide.shape[0]
-    return pltpu.roll(wide, b + 1, 1, stride=1, stride_axis=0)[:, :b]
+    if spec.strided_roll:
+        return pltpu.roll(wide, b + 1, 1, stride=1, stride_axis=0)[:, :b]
+    # Every row left by b - 1 (a roll by b + 1 of 2b lanes), then row a right by a.
+    return roll_rows_by_index(pltpu.roll(wide, b + 1, 1), 1)[:, :b]
 
 
 def unshift_window(tile: jax.Array) -> jax.Array:
     """The transpose of shift_window: [b, b] -> [b, 2b], zero where no key maps.
 
     Row a moves right by b - 1 - a, a stride of -1 that Mosaic's strided roll cannot do
-    (its per-vreg shift must stay under 128 lanes). So all rows move by b - 1, then a
-    barrel shifter moves row a left by a: for each bit of a, a uniform roll and a select.
+    (its per-vreg shift must stay under 128 lanes): all rows move by b - 1, then row a left
+    by a.
     """
     b = tile.shape[0]
     wide = pltpu.roll(jnp.concatenate([tile, jnp.zeros_like(tile)], axis=1), b - 1, 1)
-    row = jax.lax.broadcasted_iota(jnp.int32, wide.shape, 0)
-    for bit in range((b - 1).bit_length()):
-        step = 1 << bit
-        wide = jnp.where((row & step) != 0, pltpu.roll(wide, 2 * b - step, 1), wide)
-    return wide
+    return roll_rows_by_index(wide, -1)
 
 
 def scores(spec: TileSpec, jb, qw, pos, seg, row, k, key):
