@@ -34,7 +34,13 @@ os.environ.setdefault("JAX_PLATFORMS", "")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT = "RESULT "  # prefix of a child's one-line JSON result
-FRAMEWORKS = {"ours": "xlnet-jax", "eager": "HF eager", "compile": "HF torch.compile"}
+FRAMEWORKS = {
+    "ours": "xlnet-jax",
+    "kernel": "xlnet-jax, Pallas kernel",
+    "eager": "HF eager",
+    "compile": "HF torch.compile",
+}
+OURS = ("ours", "kernel")  # our step with attention_impl xla / pallas
 
 # Device-time categories of a profile trace, matched in order against op/kernel names.
 CATEGORIES = (
@@ -57,6 +63,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--hf", default="eager,compile", help="HF modes: eager,compile or none")
     parser.add_argument("--peak_n", type=int, default=8192, help="size of the measured matmul")
     parser.add_argument("--breakdown", action="store_true", help="our device time by category")
+    parser.add_argument(
+        "--kernel",
+        action="store_true",
+        help="also our step with attention_impl=pallas (TPU; interpreted, slowly, on a CPU)",
+    )
     parser.add_argument("--child", choices=sorted(FRAMEWORKS), help=argparse.SUPPRESS)
     parser.add_argument("--shape", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -132,7 +143,8 @@ def child_main(args: argparse.Namespace) -> None:
     sys.path.insert(0, HERE)
     config = shape_config(args, args.shape, args.batch)
     try:
-        if args.child == "ours":
+        if args.child in OURS:
+            config.attention_impl = "pallas" if args.child == "kernel" else "xla"
             result = run_ours(args, config)
         else:
             result = run_hf(args, config, compiled=args.child == "compile")
@@ -146,7 +158,7 @@ def child_main(args: argparse.Namespace) -> None:
 def run_child(args: argparse.Namespace, framework: str, shape: str, batch: int) -> dict:
     """One framework at one shape and batch, in a fresh process; its RESULT as a dict."""
     env = dict(os.environ)
-    if framework != "ours":
+    if framework not in OURS:
         env["JAX_PLATFORMS"] = "cpu"  # the device is torch's in HF's process
     command = [sys.executable, os.path.abspath(__file__), *sys.argv[1:]]
     command += ["--child", framework, "--shape", shape, "--batch", str(batch)]
@@ -280,7 +292,7 @@ def main() -> None:
     print("step time: median (min-max) ms; each framework in its own process, back to back\n")
     rows = []
     for shape in args.shapes.split(","):
-        for framework in ["ours", *hf_modes]:
+        for framework in ["ours", *(["kernel"] if args.kernel else []), *hf_modes]:
             first = run_child(args, framework, shape, args.batch)
             rows.append((shape, args.batch, framework, first))
             largest = largest_batch(args, framework, shape, first) if args.search else None

@@ -17,6 +17,7 @@ RUNS = {
     "train_throughput.py": ("--shapes", "toy", "--peak_n", "256", *TOY),
     "accelerator_throughput.py": (
         *"--shapes toy --batch 4 --hf eager --dtype float32 --peak_n 256 --breakdown".split(),
+        "--kernel",
         *TOY,
     ),
     "flops_check.py": ("--shapes", "toy"),
@@ -56,3 +57,9 @@ def test_benchmark_prints_a_table(script: str, env: dict):
     assert result.returncode == 0, result.stderr[-3000:]
     table = [line for line in result.stdout.splitlines() if line.startswith("|")]
     assert len(table) >= 3 and set(table[1]) <= set("|-"), result.stdout
+    if "--kernel" in args:  # the kernel's row trains the same toy step to the same loss:
+        # float32 paths agree to ~1e-6 relative; the table prints 4 decimals, so they may
+        # differ by one unit of the last printed digit.
+        losses = [float(line.split(": ")[-1]) for line in result.stdout.splitlines()
+                  if line.startswith("loss after") and "HF" not in line]  # fmt: skip
+        assert len(losses) == 2 and abs(losses[0] - losses[1]) <= 1.0001e-4, result.stdout
