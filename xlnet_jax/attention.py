@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.kernels.mesh import sharded_relative_attention
+from xlnet_jax.position import scores_by_key
 
 # Added to blocked scores before the softmax; exp() of it is exactly 0 in float32.
 _BLOCKED = -1e30
@@ -85,8 +86,8 @@ class TwoStreamRelativeAttention(nn.Module):
     streams then run the same `attend` with their own query rows, so every weight (q, k, v, o,
     r, biases, seg_embed, LayerNorm) is shared. A query row is identified by its segment
     position t: its positional scores are computed against all K + L relative encodings and
-    the entry L - t + j is gathered for key j (what Transformer-XL's rel_shift does for a full
-    square of rows). The content stream passes positions arange(L); the query stream passes
+    the window from entry L - t is kept for the keys (position.scores_by_key; what
+    Transformer-XL's rel_shift does for a full square of rows). The content stream passes positions arange(L); the query stream passes
     the P target positions, so its cost is O(P * K), never O(L * K).
 
     Rows given as KernelRows run through the Pallas kernel (kernels.relative_attention)
@@ -155,7 +156,7 @@ class TwoStreamRelativeAttention(nn.Module):
         k = nn.with_logical_constraint(jnp.einsum("bkd,dnh->bknh", keys_in, w_k), head_axes)
         v = nn.with_logical_constraint(jnp.einsum("bkd,dnh->bknh", keys_in, w_v), head_axes)
         k_r = jnp.einsum("brd,dnh->brnh", pos_emb, w_r)
-        num_keys, seg_len = k.shape[1], h.shape[1]
+        num_keys = k.shape[1]
 
         def attend(x: jax.Array, rows: QueryRows | KernelRows, rows_axis: str) -> jax.Array:
             """Attention of the query rows x [B, Q, D] over all keys; returns [B, Q, D]."""
@@ -174,8 +175,7 @@ class TwoStreamRelativeAttention(nn.Module):
             all_pos_score = jnp.einsum(
                 "bqnh,brnh->bnqr", q + r_r_bias, k_r, preferred_element_type=f32
             )
-            rel_index = seg_len - rows.positions[:, :, None] + jnp.arange(num_keys)
-            pos_score = jnp.take_along_axis(all_pos_score, rel_index[:, None], axis=-1)
+            pos_score = scores_by_key(all_pos_score, rows.positions, num_keys)
             seg_score = jnp.einsum(
                 "bqnh,snh->bnqs", q + r_s_bias, seg_embed, preferred_element_type=f32
             )

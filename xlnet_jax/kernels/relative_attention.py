@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from xlnet_jax.kernels import tiles
 from xlnet_jax.kernels.backward import backward
 from xlnet_jax.kernels.forward import forward
+from xlnet_jax.position import scores_by_key
 
 # Rows and keys per tile. Keys lie along the 128 lanes of a TPU vreg, and Mosaic rotates
 # and slices only lane-aligned tiles ("unsupported unaligned shape" otherwise), so every
@@ -134,17 +135,9 @@ def relative_attention(
         qr_in = _heads_first(qr, rows_p)
     else:
         offset, qr_in = None, None
-        # Key j of the row at position t sees distance index seg_len - t + j: one window per
-        # row, cut with a slice (a windowed gather indexed by [B, P]). take_along_axis indexed
-        # every key, and XLA laid its gather and scatter out with the heads minor, padded to
-        # 128 lanes on TPU: 0.8 GiB more temp per device for large on v4.
-        all_pos = jnp.einsum("bqnh,brnh->bqnr", qr, k_r, preferred_element_type=jnp.float32)
-
-        def row_window(row_scores, start):
-            return jax.lax.dynamic_slice_in_dim(row_scores, start, num_keys, axis=1)
-
-        pos_src = jax.vmap(jax.vmap(row_window))(all_pos, seg_len - positions)
-        pos_src = _pad_axis(_pad_axis(jnp.swapaxes(pos_src, 1, 2), 2, 0, rows_p), 3, 0, keys_p)
+        all_pos = jnp.einsum("bqnh,brnh->bnqr", qr, k_r, preferred_element_type=jnp.float32)
+        pos_src = scores_by_key(all_pos, positions, num_keys)
+        pos_src = _pad_axis(_pad_axis(pos_src, 2, 0, rows_p), 3, 0, keys_p)
     spec = tiles.TileSpec(b, d_head**-0.5, num_keys, offset, strided_roll)
     out = _attend(
         spec,
