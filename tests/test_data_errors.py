@@ -132,10 +132,14 @@ def test_the_line_limit_counts_the_newline_and_reads_past_the_rest(tmp_path):
     assert source.record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_whitespace_only_file():
+def test_a_blank_file_is_skipped_and_recorded_but_a_corpus_of_blanks_is_refused(caplog):
     blank = write_documents(os.path.join(scratch("blank"), "blank.txt"), [[" \t "], [""]])
-    with pytest.raises(DataError, match=f"Input {blank} holds no text"):
-        prepare_corpus([text_file(), blank], scratch("out"), spm_model=model())
+    m = prepare_corpus([text_file(), blank], scratch("out"), spm_model=model())
+    (record,) = [r for r in m.inputs if r["path"] == blank]
+    assert record["skipped"] == "no text" and record["bytes"] > 0 and record["documents"] == 0
+    assert f"{blank} holds only blank lines; skipped." in caplog.text
+    with pytest.raises(DataError, match="Every input is empty"):
+        prepare_corpus([blank], scratch("out2"), spm_model=model())
 
 
 def test_a_few_invalid_utf8_lines_are_skipped_counted_and_logged(caplog):

@@ -87,8 +87,9 @@ class TwoStreamRelativeAttention(nn.Module):
     r, biases, seg_embed, LayerNorm) is shared. A query row is identified by its segment
     position t: its positional scores are computed against all K + L relative encodings and
     the window from entry L - t is kept for the keys (position.scores_by_key; what
-    Transformer-XL's rel_shift does for a full square of rows). The content stream passes positions arange(L); the query stream passes
-    the P target positions, so its cost is O(P * K), never O(L * K).
+    Transformer-XL's rel_shift does for a full square of rows). The content stream passes
+    positions arange(L); the query stream passes the P target positions, so its cost is
+    O(P * K), never O(L * K).
 
     Rows given as KernelRows run through the Pallas kernel (kernels.relative_attention)
     instead, which computes the same scores tile by tile without dropatt.

@@ -32,9 +32,9 @@ class Manifest:
       normalization: the options of normalize.normalize that the text went through.
       inputs: per input {"path", "bytes", "sha256", "documents", "sentences",
         "invalid_utf8_lines", "control_char_lines", "long_lines"[, "first_invalid_utf8_offset",
-        "first_control_char_offset", "first_long_line_offset", "skipped": "empty"]}: lines
-        skipped (invalid UTF-8, longer than sources.MAX_LINE_BYTES) or cleaned (control
-        characters), and empty files skipped.
+        "first_control_char_offset", "first_long_line_offset", "skipped": "empty" or
+        "no text"]}: lines skipped (invalid UTF-8, longer than sources.MAX_LINE_BYTES) or
+        cleaned (control characters), and files with nothing or only blanks skipped.
       splits: per split {"documents", "sentences", "tokens"}; tokens count the stream,
         i.e. including one <eod> per document.
       validation_fraction: share of documents held out (whole documents).

@@ -195,12 +195,13 @@ def _normalize_inputs(inputs: list[sources.Input], text_path: str, uncased: bool
                     sentences += len(lines)
                     progress.update(1)
             source.record.update(documents=docs, sentences=sentences)
-            if not source.record["bytes"]:
-                # A glob over a real directory meets empty files: skip, but keep the record.
-                logging.warning("Input %s is empty; skipped.", source.record["path"])
-                source.record["skipped"] = "empty"
-            elif not docs:
-                raise DataError(f"Input {source.record['path']} holds no text; remove it.")
+            if not docs:
+                # A glob over a real directory meets empty and blank files: skip them, but keep
+                # the record (the corpus is the same without them).
+                blank = bool(source.record["bytes"])
+                what = "holds only blank lines" if blank else "is empty"
+                logging.warning("Input %s %s; skipped.", source.record["path"], what)
+                source.record["skipped"] = "no text" if blank else "empty"
             num_docs += docs
     progress.close()
     if not num_docs:

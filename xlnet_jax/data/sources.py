@@ -5,7 +5,7 @@ fills `record`, its manifest entry: name, bytes, sha256 of the content read, and
 lines skipped or cleaned.
 
 Text files: one sentence per line; a blank (or whitespace-only) line ends a document. An
-empty file is skipped with a warning (prepare records it). Damage is counted per file,
+empty or blank file is skipped with a warning (prepare records it). Damage is counted per file,
 logged with the byte offset of its first line, and kept in the manifest:
   - invalid UTF-8: a line that does not decode is skipped. A file where more than 10% of
     the lines do not decode is refused as not UTF-8 (convert it with iconv first);
