@@ -1,5 +1,6 @@
 """The pod workflow on gs:// paths, through the CLI, against a local GCS (tests/gcs_emulator.py):
-prepare -> train -> SIGKILL -> resume (bit-exact) -> eval -> export-hf, and the lease."""
+prepare -> train -> SIGKILL -> resume (bit-exact) -> eval -> export-hf -> --init_from sources,
+and the lease."""
 
 import signal
 import subprocess
@@ -9,11 +10,12 @@ import time
 
 import pytest
 
-from tests import gcs_emulator, test_data_common
+from tests import gcs_emulator, test_data_common, train_config
 from tests import train_harness as harness
 from xlnet_jax import hf, paths
 from xlnet_jax.data.manifest import load_manifest, manifest_fingerprint
 from xlnet_jax.errors import WorkdirError
+from xlnet_jax.init_from import check_source, load_source
 from xlnet_jax.metrics_writer import read_metrics
 from xlnet_jax.object_lease import ObjectLease
 
@@ -105,6 +107,21 @@ def test_prepare_train_kill_resume_eval_export_on_gs(gcs, tmp_path):
     _, reference = hf.load_hf(_export_reference(tmp_path))
     harness.assert_trees_equal(params, reference)
     assert (paths.as_path(export) / "spiece.model").exists()
+
+    # train --init_from reads each kind of source from gs://, tokenizer check included.
+    imported = f"{ROOT}/imported"
+    hf.import_hf(export, imported)
+    config = train_config.get_config()
+    config.corpus_dir = corpus
+    for source, kind in (
+        (export, "HF directory"),
+        (imported, "params directory"),
+        (workdir, "workdir"),
+    ):
+        got = load_source(source)
+        assert got.kind == kind and got.tokenizer.startswith(ROOT)
+        check_source(got, config, load_manifest(corpus))
+        harness.assert_trees_equal(got.params, reference)
     assert not [p for p in tmp_path.rglob("gs:*")], "a gs:// path became a local directory"
     assert not [p for p in harness.REPO.glob("gs:*")]
 

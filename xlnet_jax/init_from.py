@@ -1,9 +1,10 @@
 """`train --init_from PATH`: a new run that starts from another model's params.
 
-PATH is an HF XLNetLMHeadModel directory (as `import-hf` reads it: model.safetensors, or a
-weights-only pytorch_model.bin), an `import-hf` output (params.safetensors), or another
-run's workdir (its newest checkpoint). Only the params are taken: the step, the optimizer
-state and the recurrence memory start fresh, as in any new run.
+PATH (local or gs://) is an HF XLNetLMHeadModel directory (as `import-hf` reads it:
+model.safetensors, or a weights-only pytorch_model.bin), an `import-hf` output
+(params.safetensors), or another run's workdir (its newest checkpoint). Only the params
+are taken: the step, the optimizer state and the recurrence memory start fresh, as in any
+new run.
 
 The config's architecture fields must equal the source's (the error names each one).
 The source's tokenizer, when it has one (an HF directory's or a params directory's
@@ -14,13 +15,12 @@ under another vocabulary, so a mismatch is refused; a source without one is warn
 import dataclasses
 import hashlib
 import logging
-import pathlib
 
 import jax
 import ml_collections
 import numpy as np
 
-from xlnet_jax import hf
+from xlnet_jax import hf, paths
 from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
 from xlnet_jax.checkpoint_reader import load_trained_params
 from xlnet_jax.config import ModelConfig
@@ -42,14 +42,15 @@ class Source:
 
 
 def load_source(path: str) -> Source:
-    """Reads the params of an HF directory, a params directory or a train workdir."""
-    root = pathlib.Path(path)
+    """Reads the params of an HF directory, a params directory or a train workdir, local or
+    on object storage (gs://)."""
+    root = paths.as_path(path)
     if not root.is_dir():
         raise ConfigError(f"--init_from {path}: no such directory.")
     if (root / "checkpoints").is_dir():
         config, params, _ = load_trained_params(path)
         tokenizer = None
-        if config.corpus_dir and (pathlib.Path(config.corpus_dir) / "manifest.json").is_file():
+        if config.corpus_dir and (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
             tokenizer = load_manifest(config.corpus_dir).tokenizer_path
         return Source(path, "workdir", ModelConfig.from_config(config), params, tokenizer)
     if (root / "params.safetensors").is_file():
@@ -100,5 +101,5 @@ def place_params(params: dict, shardings) -> dict:
 
 
 def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
+    with paths.as_path(path).open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
