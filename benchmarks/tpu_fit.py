@@ -96,7 +96,11 @@ def largest_batch(config: str, topology: str, devices: int, remat: bool, limit: 
             f"--config.batch_size={per_device * devices}",
             f"--config.remat={remat}",
         ))  # fmt: skip
-        if not run_compile(row)["fits"]:
+        result = run_compile(row)
+        verdict = "fits" if result["fits"] else "does not fit"
+        print(f"  remat={remat}, {per_device} rows per device: {result['peak']:.2f} GiB, "
+              f"{verdict}", flush=True)  # fmt: skip
+        if not result["fits"]:
             break
         best, per_device = per_device, per_device * 2
     return best
@@ -106,22 +110,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny config on small slices")
     parser.add_argument("--no-search", action="store_true", help="skip the batch search")
+    parser.add_argument("--no-rows", action="store_true", help="only the batch search")
     parser.add_argument("--jobs", type=int, default=1, help="compiles run at once")
     args = parser.parse_args()
     rows = QUICK_ROWS if args.quick else FULL_ROWS
 
-    print("| command | devices | peak / HBM GiB per device | temp GiB | fits "
-          "| step s at 100% MFU (a lower bound, not a speed) |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for row, r in zip(rows, pool.map(run_compile, rows), strict=True):
-            temp = "n/a" if r["temp"] is None else f"{r['temp']:.2f}"
-            print(
-                f"| `{' '.join(row.command())}` | {r['devices']} | {r['peak']:.2f} / "
-                f"{r['hbm']:.1f} | {temp} | {'yes' if r['fits'] else 'NO'} | "
-                f"≥ {r['t100']:.3g} |",
-                flush=True,
-            )
+    if not args.no_rows:
+        print("| command | devices | peak / HBM GiB per device | temp GiB | fits "
+              "| step s at 100% MFU (a lower bound, not a speed) |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            for row, r in zip(rows, pool.map(run_compile, rows), strict=True):
+                temp = "n/a" if r["temp"] is None else f"{r['temp']:.2f}"
+                print(
+                    f"| `{' '.join(row.command())}` | {r['devices']} | {r['peak']:.2f} / "
+                    f"{r['hbm']:.1f} | {temp} | {'yes' if r['fits'] else 'NO'} | "
+                    f"≥ {r['t100']:.3g} |",
+                    flush=True,
+                )
     if args.no_search:
         return
     config, topology, devices = ("tiny", "v3:2x2", 8) if args.quick else ("large", "v3:2x2", 8)
