@@ -15,8 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.kernels import masks, tiles
-from xlnet_jax.kernels.forward import positional_tile
+from xlnet_jax.kernels import forward, tiles
 
 
 def _kernel(spec: tiles.TileSpec, *refs):
@@ -37,7 +36,7 @@ def _kernel(spec: tiles.TileSpec, *refs):
         dv_ref[...] = jnp.zeros_like(dv_ref)
 
     qw, k, v, do = qw_ref[...], k_ref[...], v_ref[...], do_ref[...]
-    pos = positional_tile(spec, pos_ref, qr_ref, ib, jb)
+    pos = forward.positional_tile(spec, pos_ref, qr_ref, ib, jb)
     s, dead, other = tiles.scores(spec, jb, qw, pos, seg_ref[...], row_ref[...], k, key_ref[...])
     p = jnp.exp(s - lse_ref[...])
     dp = tiles.dot_t(do, v)
@@ -65,12 +64,10 @@ def _kernel(spec: tiles.TileSpec, *refs):
         dbias_ref[...] = ds
 
 
-def _q_spec(b: int, width: int) -> pl.BlockSpec:
-    return pl.BlockSpec((None, None, b, width), lambda b_, n, j, i: (b_, n, i, 0))
-
-
-def _k_spec(b: int, width: int) -> pl.BlockSpec:
-    return pl.BlockSpec((None, None, b, width), lambda b_, n, j, i: (b_, n, j, 0))
+def _key_major(spec: pl.BlockSpec) -> pl.BlockSpec:
+    """A forward block spec (grid (B, N, i, j)) on this kernel's grid (B, N, j, i)."""
+    index_map = spec.index_map
+    return pl.BlockSpec(spec.block_shape, lambda b_, n, j, i: index_map(b_, n, i, j))
 
 
 def _resident_spec(shape: tuple[int, ...]) -> pl.BlockSpec:
@@ -79,28 +76,10 @@ def _resident_spec(shape: tuple[int, ...]) -> pl.BlockSpec:
 
 
 def _in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
+    """The forward's inputs, then (d out, lse, delta) per query block."""
     b, width = spec.block, qw.shape[-1]
-    if spec.windowed:
-        shared = pos_src.shape[0] == 1
-        pos_spec = pl.BlockSpec(
-            (None, None, *pos_src.shape[2:]),
-            lambda b_, n, j, i: (0 if shared else b_, n, 0, 0),
-        )
-    else:
-        pos_spec = pl.BlockSpec((None, None, b, b), lambda b_, n, j, i: (b_, n, i, j))
-    return [
-        _q_spec(b, width),
-        _q_spec(b, 2),
-        pl.BlockSpec((None, b, masks.ROW_FIELDS), lambda b_, n, j, i: (b_, i, 0)),
-        _k_spec(b, width),
-        _k_spec(b, width),
-        pl.BlockSpec((None, masks.KEY_FIELDS, b), lambda b_, n, j, i: (b_, 0, j)),
-        pos_spec,
-        *([_q_spec(b, width)] if spec.windowed else []),
-        _q_spec(b, width),
-        _q_spec(b, 1),
-        _q_spec(b, 1),
-    ]
+    rows = [forward.q_spec(b, width), forward.q_spec(b, 1), forward.q_spec(b, 1)]
+    return [_key_major(s) for s in (*forward.in_specs(spec, qw, pos_src), *rows)]
 
 
 def backward(spec, qw, qr, seg, k, v, pos_src, row, key, do, lse, delta, *, interpret: bool):
@@ -118,18 +97,14 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, do, lse, delta, *, inte
         return jax.ShapeDtypeStruct((batch, heads, *shape), f32)
 
     out_shape = [out((rows, width)), out((rows, 2)), out((keys, width)), out((keys, width))]
-    out_specs = [
-        _resident_spec((rows, width)),
-        _resident_spec((rows, 2)),
-        _k_spec(b, width),
-        _k_spec(b, width),
-    ]
+    key_block = _key_major(forward.k_spec(b, width))
+    out_specs = [_resident_spec((rows, width)), _resident_spec((rows, 2)), key_block, key_block]
     if spec.windowed:
         out_shape += [out((rows, width)), out(pos_src.shape[2:])]
         out_specs += [_resident_spec((rows, width)), _resident_spec(pos_src.shape[2:])]
     else:
         out_shape.append(out((rows, keys)))
-        out_specs.append(pl.BlockSpec((None, None, b, b), lambda b_, n, j, i: (b_, n, i, j)))
+        out_specs.append(_key_major(forward.positional_spec(spec, pos_src)))  # the bias tile
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=(batch, heads, keys // b, rows // b),
