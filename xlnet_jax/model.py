@@ -19,6 +19,7 @@ from xlnet_jax.attention import (
 )
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.kernels import masks
+from xlnet_jax.kernels.mesh import target_device
 from xlnet_jax.position import default_backward_rows, relative_positional_encoding
 
 ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "relu": jax.nn.relu}
@@ -61,10 +62,10 @@ def validate_model_config(cfg: ModelConfig) -> None:
 
 
 def uses_kernel(cfg: ModelConfig) -> bool:
-    """Whether attention runs through the Pallas kernel: "pallas", or "auto" on a TPU default
-    backend without dropatt (the kernel has none; elsewhere it would run interpreted)."""
+    """Whether attention runs through the Pallas kernel: "pallas", or "auto" when the step is
+    traced for a TPU, without dropatt (the kernel has none; elsewhere it runs interpreted)."""
     if cfg.attention_impl == "auto":
-        return jax.default_backend() == "tpu" and cfg.dropatt == 0
+        return target_device().platform == "tpu" and cfg.dropatt == 0
     return cfg.attention_impl == "pallas"
 
 

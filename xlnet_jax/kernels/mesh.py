@@ -5,8 +5,9 @@ device. Under a mesh (sharding.activate) the call runs inside `jax.shard_map` in
 device on its own rows (the logical "batch" axes) and heads ("heads"), as the surrounding
 activations are laid out.
 
-It also reads which chip the step is traced for (the abstract mesh's device, so an AOT compile
-for a TPU topology from a CPU host sees the topology's chip), to pick the kernel's shift.
+It also says which chip the step is traced for (the abstract mesh's device, so an AOT compile
+for a TPU topology from a CPU host sees the topology's chip): the kernel's shift and
+attention_impl="auto" follow it.
 """
 
 import functools
@@ -21,16 +22,16 @@ from xlnet_jax.kernels.relative_attention import relative_attention
 NO_STRIDED_ROLL = ("TPU v2", "TPU v3", "TPU v4")
 
 
-def target_device_kind() -> str:
-    """device_kind of the chip being traced for: the active mesh's, else the default device's."""
-    device = jax.sharding.get_abstract_mesh().abstract_device
-    return device.device_kind if device else jax.devices()[0].device_kind
+def target_device():
+    """The chip being traced for (its .platform, .device_kind): the active mesh's abstract
+    device, else the default device."""
+    return jax.sharding.get_abstract_mesh().abstract_device or jax.devices()[0]
 
 
 def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positions):
     """relative_attention (same arguments), mapped over the active mesh's batch and head axes."""
     mesh = jax.sharding.get_abstract_mesh()
-    strided_roll = not target_device_kind().startswith(NO_STRIDED_ROLL)
+    strided_roll = not target_device().device_kind.startswith(NO_STRIDED_ROLL)
     attend = functools.partial(relative_attention, strided_roll=strided_roll)
     if mesh.empty or mesh.size == 1:
         return attend(q, k, v, k_r, biases, seg_embed, row, key, positions)
