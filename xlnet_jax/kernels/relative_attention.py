@@ -99,7 +99,7 @@ def relative_attention(
     positions: jax.Array | None,
     *,
     block: int | None = None,
-    strided_roll: bool = True,
+    strided_roll: bool,
 ) -> jax.Array:
     """Softmax attention of one stream's query rows over [memory ; segment] keys.
 

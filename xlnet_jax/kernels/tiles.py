@@ -43,7 +43,7 @@ class TileSpec:
     scale: float
     num_keys: int
     window_offset: int | None
-    strided_roll: bool = True
+    strided_roll: bool
 
     @property
     def windowed(self) -> bool:
