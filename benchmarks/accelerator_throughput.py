@@ -9,7 +9,7 @@ dtype, fused AdamW and global-norm clipping, eager and under torch.compile.
 Each framework runs in its own subprocess, one after the other (back to back, not
 alternating): each then has the whole device, its peak memory is its own, and neither can
 push the other out of memory. Alternating steps would need both resident at once. MFU is
-the analytic model FLOP rate (xlnet_jax/flops.py) against the device's datasheet dense bf16
+the analytic model FLOP rate (xlnet_jax/model/flops.py) against the device's datasheet dense bf16
 peak (`flops.known_peak_tflops`) and, beside it, against a matmul measured in the same run.
 
   python benchmarks/accelerator_throughput.py                       # base,large; batch 16; bf16
@@ -112,8 +112,8 @@ def run_hf(args: argparse.Namespace, config, compiled: bool) -> dict:
     from harness import synthetic_batch, time_calls
     from train_throughput import HFTrainer
 
-    from xlnet_jax import sharding
-    from xlnet_jax.program import build_program
+    from xlnet_jax.training import sharding
+    from xlnet_jax.training.program import build_program
 
     # JAX runs on the CPU in this process (JAX_PLATFORMS=cpu): it only makes the weights
     # and rng our side starts from, and the masks our step samples from them.
@@ -223,7 +223,7 @@ def print_table(args: argparse.Namespace, rows: list, peak: float | None, measur
     """The markdown table: one row per (shape, batch, framework)."""
     from harness import describe, ms
 
-    from xlnet_jax import flops
+    from xlnet_jax.model import flops
 
     print("| shape | batch | framework | step ms | tokens/s | MFU (datasheet) | MFU (matmul) "
           "| peak memory GiB | speed vs HF |")  # fmt: skip
@@ -274,7 +274,7 @@ def main() -> None:
     sys.path.insert(0, HERE)
     import jax
 
-    from xlnet_jax import flops
+    from xlnet_jax.model import flops
 
     device = jax.local_devices()[0]
     peak = flops.known_peak_tflops(device.device_kind)

@@ -1,4 +1,4 @@
-"""Checks the analytic model FLOPs (xlnet_jax/flops.py) against XLA's own count.
+"""Checks the analytic model FLOPs (xlnet_jax/model/flops.py) against XLA's own count.
 
 For each shape at one layer (cost analysis counts a loop body once, so deeper scans would
 be undercounted), lowers the deterministic forward pass and compares XLA's
@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 from harness import SHAPES, shape_config, synthetic_batch
 
-from xlnet_jax import flops
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.model import flops
+from xlnet_jax.model.xlnet import XLNetLM
 
 
 def xla_forward_flops(config) -> float:

@@ -22,10 +22,10 @@ import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
-from xlnet_jax import sharding  # noqa: E402
 from xlnet_jax.config import ModelConfig  # noqa: E402
-from xlnet_jax.model import XLNetLM  # noqa: E402
-from xlnet_jax.program import build_program  # noqa: E402
+from xlnet_jax.model.xlnet import XLNetLM  # noqa: E402
+from xlnet_jax.training import sharding  # noqa: E402
+from xlnet_jax.training.program import build_program  # noqa: E402
 
 SEP, CLS = 4, 3
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")

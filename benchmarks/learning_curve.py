@@ -37,18 +37,20 @@ import transformers  # noqa: E402
 from harness import describe, machine, shape_config  # noqa: E402
 from train_throughput import hf_model  # noqa: E402
 
-from xlnet_jax import hf, optim, plm, sharding, steps  # noqa: E402
+from xlnet_jax.checkpoint import hf  # noqa: E402
 from xlnet_jax.config import ModelConfig  # noqa: E402
 from xlnet_jax.data.corpus import unigram_entropy  # noqa: E402
 from xlnet_jax.data.manifest import load_manifest  # noqa: E402
 from xlnet_jax.data.streams import StreamBatcher  # noqa: E402
-from xlnet_jax.program import build_program  # noqa: E402
+from xlnet_jax.objective import plm
+from xlnet_jax.training import optim, sharding, steps
+from xlnet_jax.training.program import build_program  # noqa: E402
 
 Batch = dict[str, np.ndarray]
 
 
 class Ours:
-    """Our train step, compiled as xlnet_jax/train.py compiles it, fed a new batch each step."""
+    """Our train step, compiled as xlnet_jax/training/train.py does; a new batch each step."""
 
     def __init__(self, config: ml_collections.ConfigDict):
         self.program = build_program(config, sharding.make_mesh(config))

@@ -1,6 +1,6 @@
 """The float32 matmuls of one train step, timed in XLA and in torch: the floor under our step.
 
-Enumerates the matmuls one training step does (the forward that xlnet_jax/flops.py counts,
+Enumerates the matmuls one training step does (the forward that xlnet_jax/model/flops.py counts,
 and for every forward Y = X W the backward dX = dY Wᵀ and dW = Xᵀ dY), checks that their
 FLOPs add up to flops.train_flops_per_step, and times every distinct shape with contiguous
 float32 operands in XLA (jax.jit of jnp.matmul, block_until_ready) and then in torch
@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from harness import SHAPES, describe, machine, make_trainer, shape_config, time_calls  # noqa: E402
 
-from xlnet_jax import flops  # noqa: E402
+from xlnet_jax.model import flops  # noqa: E402
 
 
 class Matmul(NamedTuple):

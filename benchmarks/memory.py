@@ -65,8 +65,8 @@ def worker_rss(shape: str, framework: str) -> dict:
 
 def worker_fit(seq_len: int, remat: bool) -> dict:
     """Compiles the base-width step at `seq_len`, batch 1; RSS before and XLA's estimate."""
-    from xlnet_jax import sharding
-    from xlnet_jax.program import build_program
+    from xlnet_jax.training import sharding
+    from xlnet_jax.training.program import build_program
 
     config = fit_config(seq_len, remat)
     baseline = maxrss_bytes()

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xlnet_jax import plm
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.model.xlnet import XLNetLM
+from xlnet_jax.objective import plm
 
 
 def make_rows(rng: np.random.Generator, cfg: plm.PLMConfig, batch: int):

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 from harness import describe, machine, make_trainer, ms, shape_config, time_calls
 
-from xlnet_jax import flops
+from xlnet_jax.model import flops
 
 
 def step_times(config, iters: int) -> list[float]:

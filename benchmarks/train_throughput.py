@@ -6,7 +6,7 @@ same rows with the same masks: HF gets our perm_mask and a one-hot target_mappin
 target_pos, and carries its mems between steps (use_mems=True in training mode). Our step
 also samples the PLM targets and order on device; HF's masks are made outside its timing.
 Steps of the two frameworks alternate, so both see the same machine load. MFU is the
-analytic model FLOP rate (xlnet_jax/flops.py) over the float32 matmul peak measured here.
+analytic model FLOP rate (xlnet_jax/model/flops.py) over the float32 matmul peak measured here.
 
   .venv/bin/python benchmarks/train_throughput.py                      # tiny,small,bench,base
   .venv/bin/python benchmarks/train_throughput.py --shapes tiny --iters 10
@@ -35,8 +35,11 @@ from harness import (  # noqa: E402
     shape_config,
 )
 
-from xlnet_jax import flops, hf, plm, steps  # noqa: E402
+from xlnet_jax.checkpoint import hf  # noqa: E402
 from xlnet_jax.config import ModelConfig  # noqa: E402
+from xlnet_jax.model import flops
+from xlnet_jax.objective import plm
+from xlnet_jax.training import steps
 
 
 def hf_model(config, params: dict) -> transformers.XLNetLMHeadModel:

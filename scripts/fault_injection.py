@@ -285,8 +285,8 @@ def divergences(reference: pathlib.Path, faulty: pathlib.Path, num_steps: int) -
     import jax
     import numpy as np
 
-    from xlnet_jax.checkpoint_reader import read_checkpoint
-    from xlnet_jax.metrics_writer import read_metrics
+    from xlnet_jax.checkpoint.reader import read_checkpoint
+    from xlnet_jax.training.metrics import read_metrics
 
     want, got = read_metrics(str(reference)), read_metrics(str(faulty))
     found = [

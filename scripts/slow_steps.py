@@ -10,7 +10,8 @@ the production loop carries no test hook.
 import sys
 import time
 
-from xlnet_jax import cli, program
+from xlnet_jax import cli
+from xlnet_jax.training import program
 
 
 def _slowed(compile_train_step, seconds: float):

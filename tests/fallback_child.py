@@ -12,7 +12,7 @@ import shutil
 import sys
 
 from tests import train_harness as harness
-from xlnet_jax.checkpoint import Checkpointer
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
 
 NEWEST, FALLBACK = 12, 10
 

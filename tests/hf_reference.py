@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.model.xlnet import XLNetLM
 
 Params = dict
 

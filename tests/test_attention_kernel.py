@@ -18,16 +18,17 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.sharding import Mesh
 
-from xlnet_jax import plm, sharding
-from xlnet_jax.attention import RelativeBiases, TwoStreamRelativeAttention
 from xlnet_jax.config import DEFAULT_AXIS_RULES, ModelConfig, default_config
-from xlnet_jax.kernels import masks, tiles
-from xlnet_jax.kernels import mesh as kernel_mesh
-from xlnet_jax.kernels import relative_attention as kernel_module
-from xlnet_jax.model import XLNetLM, _kernel_rows, _stream_rows
-from xlnet_jax.position import default_backward_rows, relative_positional_encoding
-from xlnet_jax.program import build_program
-from xlnet_jax.validate import ConfigError, validate_config
+from xlnet_jax.model.attention import RelativeBiases, TwoStreamRelativeAttention
+from xlnet_jax.model.kernels import masks, tiles
+from xlnet_jax.model.kernels import mesh as kernel_mesh
+from xlnet_jax.model.kernels import relative_attention as kernel_module
+from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
+from xlnet_jax.model.xlnet import XLNetLM, _kernel_rows, _stream_rows
+from xlnet_jax.objective import plm
+from xlnet_jax.run.validate import ConfigError, validate_config
+from xlnet_jax.training import sharding
+from xlnet_jax.training.program import build_program
 
 BASE = ModelConfig(
     vocab_size=32, d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=32, dropout=0.0, dropatt=0.0

@@ -13,9 +13,9 @@ import pytest
 
 from tests import train_harness as harness
 from tests.train_config import get_config
-from xlnet_jax import evaluate, train
-from xlnet_jax import workdir as workdir_lib
 from xlnet_jax.errors import CheckpointError
+from xlnet_jax.run import workdir as workdir_lib
+from xlnet_jax.training import evaluate, train
 
 DiskUsage = collections.namedtuple("DiskUsage", "total used free")
 

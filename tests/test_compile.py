@@ -9,11 +9,11 @@ import pytest
 
 from configs.tiny import get_config as tiny_config
 from tests.helpers import small_config
-from xlnet_jax import compile as aot
+from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.errors import ConfigError
-from xlnet_jax.hf import param_shapes
-from xlnet_jax.kernels import mesh as kernel_mesh
+from xlnet_jax.model.kernels import mesh as kernel_mesh
+from xlnet_jax.training import compile as aot
 
 
 @pytest.mark.parametrize("topology", ["v3:2x2", "v4:2x2x1", "v5e:2x2"])

@@ -15,9 +15,9 @@ import pytest
 
 from tests.test_data_common import scratch, small_corpus
 from xlnet_jax.config import default_config
-from xlnet_jax.preflight import check_run
-from xlnet_jax.validate import ConfigError, validate_config
-from xlnet_jax.validate_fields import KINDS
+from xlnet_jax.run.fields import KINDS
+from xlnet_jax.run.preflight import check_run
+from xlnet_jax.run.validate import ConfigError, validate_config
 
 DEVICES = 8
 NAN, INF = float("nan"), float("inf")

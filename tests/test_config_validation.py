@@ -9,8 +9,8 @@ from tests.helpers import small_config
 from tests.test_data_common import small_corpus
 from xlnet_jax import cli
 from xlnet_jax.errors import UsageError
-from xlnet_jax.preflight import check_run
-from xlnet_jax.validate import ConfigError, validate_config
+from xlnet_jax.run.preflight import check_run
+from xlnet_jax.run.validate import ConfigError, validate_config
 
 # (overrides, devices, the field the message must name, a word of the constraint)
 BAD_CONFIGS = [

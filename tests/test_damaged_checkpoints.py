@@ -20,8 +20,8 @@ import pytest
 
 from tests import fallback_child
 from tests import train_harness as harness
-from xlnet_jax.checkpoint import Checkpointer
-from xlnet_jax.checkpoint_reader import read_checkpoint
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
+from xlnet_jax.checkpoint.reader import read_checkpoint
 from xlnet_jax.errors import CheckpointError
 
 
@@ -86,7 +86,7 @@ def test_damaged_newest_step_falls_back_with_a_warning(damage, setup, tmp_path, 
     fallback = digest(checkpoints / "10")
     apply, reason = DAMAGES[damage]
     apply(checkpoints / "12")
-    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint.checkpointer"):
         assert restore(workdir, setup) == 10
     assert f"Skipped damaged checkpoint step 12 ({reason}" in caplog.text
     assert "resuming from step 10" in caplog.text
@@ -102,7 +102,7 @@ def test_a_reader_that_does_not_own_the_workdir_moves_nothing(setup, tmp_path, c
     truncate(workdir / "checkpoints" / "12")
     config, fingerprint, abstract = setup
     checkpointer = Checkpointer(str(workdir), config)
-    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint.checkpointer"):
         state = checkpointer.restore(abstract, config, fingerprint, move_damaged=False)
     checkpointer.close()
     assert int(jax.device_get(state.step)) == 10
@@ -132,7 +132,7 @@ def test_half_written_step_is_ignored_with_a_warning(setup, tmp_path, caplog):
     unfinished = workdir / "checkpoints" / "14.orbax-checkpoint-tmp"
     shutil.copytree(workdir / "checkpoints" / "12", unfinished)
     truncate(unfinished)
-    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint.checkpointer"):
         assert restore(workdir, setup) == 12
     assert "Ignoring unfinished checkpoint write(s)" in caplog.text
     assert "14.orbax-checkpoint-tmp" in caplog.text

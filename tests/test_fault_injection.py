@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from tests import train_harness as harness
-from xlnet_jax.metrics_writer import MetricsWriter, read_metrics
+from xlnet_jax.training.metrics import MetricsWriter, read_metrics
 
 SCRIPT = harness.REPO / "scripts" / "fault_injection.py"
 

@@ -12,12 +12,13 @@ import pytest
 
 from tests import gcs_emulator, test_data_common, train_config
 from tests import train_harness as harness
-from xlnet_jax import hf, paths
+from xlnet_jax import paths
+from xlnet_jax.checkpoint import hf
 from xlnet_jax.data.manifest import load_manifest, manifest_fingerprint
 from xlnet_jax.errors import WorkdirError
-from xlnet_jax.init_from import check_source, load_source
-from xlnet_jax.metrics_writer import read_metrics
-from xlnet_jax.object_lease import ObjectLease
+from xlnet_jax.run.init_from import check_source, load_source
+from xlnet_jax.run.lease import ObjectLease
+from xlnet_jax.training.metrics import read_metrics
 
 ROOT = f"gs://{gcs_emulator.BUCKET}"
 
@@ -128,7 +129,7 @@ def test_prepare_train_kill_resume_eval_export_on_gs(gcs, tmp_path):
 
 def _export_reference(tmp_path) -> str:
     out = tmp_path / "reference-hf"
-    from xlnet_jax.export import export_to_hf
+    from xlnet_jax.checkpoint.export import export_to_hf
 
     export_to_hf(str(harness.reference_run()), str(out))
     return str(out)

@@ -14,7 +14,7 @@ import transformers
 
 from tests.helpers import HF_PARITY_ROUNDINGS, assert_f32_close
 from tests.hf_reference import hf_forward
-from xlnet_jax import hf
+from xlnet_jax.checkpoint import hf
 from xlnet_jax.config import ModelConfig
 
 HF_SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64, mem_len=8, reuse_len=4)

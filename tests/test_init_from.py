@@ -13,12 +13,13 @@ import pytest
 from tests import train_harness as harness
 from tests.helpers import assert_f32_close
 from tests.train_config import get_config
-from xlnet_jax import hf, sharding, steps
-from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
+from xlnet_jax.checkpoint import hf
+from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.errors import ConfigError, DataError
-from xlnet_jax.init_from import check_source, load_source, place_params
-from xlnet_jax.program import build_program
+from xlnet_jax.run.init_from import check_source, load_source, place_params
+from xlnet_jax.training import sharding, steps
+from xlnet_jax.training.program import build_program
 
 # A dropout-free run: its first training loss is a deterministic forward, as eval's is.
 NO_DROPOUT = ("--config.dropout=0", "--config.dropatt=0")

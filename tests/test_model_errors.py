@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import XLNetLM, validate_model_config
+from xlnet_jax.model.xlnet import XLNetLM, validate_model_config
 
 CONFIG = ModelConfig(vocab_size=32, d_model=16, n_layer=2, n_head=2, d_head=8, d_inner=32)
 B, L, P, M = 2, 6, 2, 3

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.hf import param_shapes
-from xlnet_jax.kernels.masks import UNORDERED, PermOrder
-from xlnet_jax.model import TiedEmbedding, XLNetLM
+from xlnet_jax.model.kernels.masks import UNORDERED, PermOrder
+from xlnet_jax.model.xlnet import TiedEmbedding, XLNetLM
 
 BATCH, LENGTH, NUM_PREDICT, MEM = 2, 10, 4, 3
 

@@ -17,9 +17,9 @@ from jax.sharding import PartitionSpec as P
 
 from tests.helpers import HF_PARITY_ROUNDINGS, assert_trees_f32_close, f32_roundings
 from tests.hf_reference import hf_forward
+from xlnet_jax.checkpoint.hf import config_from_hf, param_shapes, params_from_hf
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.hf import config_from_hf, param_shapes, params_from_hf
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.model.xlnet import XLNetLM
 
 SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64)
 

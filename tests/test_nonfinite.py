@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from tests import train_harness as harness
-from xlnet_jax import steps, train
-from xlnet_jax.checkpoint import Checkpointer
-from xlnet_jax.checkpoint_meta import make_meta
-from xlnet_jax.checkpoint_reader import read_checkpoint
-from xlnet_jax.metrics_writer import read_metrics
-from xlnet_jax.train_state import TrainState
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
+from xlnet_jax.checkpoint.meta import make_meta
+from xlnet_jax.checkpoint.reader import read_checkpoint
+from xlnet_jax.checkpoint.train_state import TrainState
+from xlnet_jax.training import steps, train
+from xlnet_jax.training.metrics import read_metrics
 
 INF, NAN = float("inf"), float("nan")
 

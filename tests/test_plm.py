@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xlnet_jax import plm, plm_spans
+from xlnet_jax.objective import plm
+from xlnet_jax.objective import spans as span_sampler
 
 BATCH = 4  # One batch size everywhere: each (config, shape) compiles once per session.
 # A few shapes; fields: seq_len, reuse_len, num_predict,
@@ -109,10 +110,10 @@ def draw_spans(n_rows, block_len, goal, word_start_prob, seed, max_span=5, alpha
     rng = np.random.default_rng(seed)
     ws = rng.random((n_rows, block_len)) < word_start_prob
     func = np.zeros_like(ws)
-    n_words = plm_spans.num_random_words(block_len, goal, max_span, alpha, beta) - block_len
+    n_words = span_sampler.num_random_words(block_len, goal, max_span, alpha, beta) - block_len
     words = jax.random.bits(jax.random.key(seed), (n_rows, n_words), jnp.uint32)
     spans = jax.jit(
-        jax.vmap(lambda r, w, f: plm_spans.sample_spans(r, w, f, goal, max_span, alpha, beta))
+        jax.vmap(lambda r, w, f: span_sampler.sample_spans(r, w, f, goal, max_span, alpha, beta))
     )
     in_span, draws = jax.device_get(spans(words, ws, func))
     return ws, in_span, draws
@@ -177,9 +178,10 @@ def test_spans_never_contain_functional_tokens():
     func = rng.random((100, 128)) < 0.1
     ws |= func
     words = jax.random.bits(
-        jax.random.key(8), (100, plm_spans.num_random_words(128, 30, 5, 2, 1)), jnp.uint32
+        jax.random.key(8), (100, span_sampler.num_random_words(128, 30, 5, 2, 1)), jnp.uint32
     )
-    spans = jax.jit(jax.vmap(lambda r, w, f: plm_spans.sample_block_targets(r, w, f, 30, 5, 2, 1)))
+    sample = jax.vmap(lambda r, w, f: span_sampler.sample_block_targets(r, w, f, 30, 5, 2, 1))
+    spans = jax.jit(sample)
     chosen, d = jax.device_get(spans(words, ws, func))
     assert not np.any(chosen & func)
     for row, s in zip(*np.nonzero(d.valid), strict=True):

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xlnet_jax import plm
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model import TiedEmbedding, XLNetLM
+from xlnet_jax.model.xlnet import TiedEmbedding, XLNetLM
+from xlnet_jax.objective import plm
 
 PLM = plm.PLMConfig(
     seq_len=32, reuse_len=16, num_predict=6, perm_size=8, mask_alpha=2, mask_beta=1, max_span=3

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xlnet_jax.position import scores_by_key
+from xlnet_jax.model.position import scores_by_key
 
 
 def test_scores_by_key_keeps_distance_index_L_minus_t_plus_j():

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from tests import train_harness as harness
-from xlnet_jax import hf
-from xlnet_jax.checkpoint import Checkpointer
-from xlnet_jax.checkpoint_reader import read_checkpoint
+from xlnet_jax.checkpoint import hf
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
+from xlnet_jax.checkpoint.reader import read_checkpoint
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.corpus import load_split
 from xlnet_jax.data.manifest import manifest_fingerprint
@@ -101,7 +101,7 @@ def test_checkpoint_meta_is_parsed_as_json_never_run(kind, tmp_path, caplog):
         read_checkpoint(str(workdir), 12)
     config, fingerprint, abstract = harness.restore_setup()
     checkpointer = Checkpointer(str(workdir), config)
-    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="xlnet_jax.checkpoint.checkpointer"):
         state = checkpointer.restore(abstract, config, fingerprint)
     checkpointer.close()
     assert int(state.step) == 10 and "step 12 (meta unreadable" in caplog.text

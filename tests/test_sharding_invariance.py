@@ -4,8 +4,8 @@ import jax
 import pytest
 
 from tests.helpers import assert_same_training, small_config, synthetic_batch
-from xlnet_jax import sharding
-from xlnet_jax.program import build_program
+from xlnet_jax.training import sharding
+from xlnet_jax.training.program import build_program
 
 
 def _train(config, devices, num_steps=3):

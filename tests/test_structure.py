@@ -1,9 +1,11 @@
-"""The shape of the house: one train-step recipe, imports flowing one way, one error family."""
+"""The shape of the house: one train-step recipe, imports flowing down the layers, one error
+family."""
 
 import ast
 import inspect
 import pathlib
 
+import xlnet_jax
 from xlnet_jax import errors
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -44,11 +46,63 @@ def test_the_train_step_is_jitted_in_one_place():
         and ast.unparse(node.func) == "jax.jit"
         and "train_step" in ast.unparse(node.args[0] if node.args else node)
     ]
-    assert places == ["xlnet_jax/program.py"]
+    assert places == ["xlnet_jax/training/program.py"]
+
+
+def _room(module: str) -> str:
+    """The top-level package or module of xlnet_jax that `module` lives in."""
+    return module.split(".")[1] if "." in module else "xlnet_jax"
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that go up the layer order or sideways to another room of the same layer."""
+    layer = {room: depth for depth, rooms in enumerate(xlnet_jax.LAYERS) for room in rooms}
+    bad = []
+    for name, deps in graph.items():
+        for dep in deps:
+            here, there = _room(name), _room(dep)
+            if here == "xlnet_jax" or there in ("xlnet_jax", here):
+                continue
+            if layer[there] <= layer[here]:
+                bad.append(f"{name} -> {dep}")
+    return sorted(bad)
+
+
+def test_every_room_has_a_layer_and_the_top_level_is_small():
+    rooms = {p.stem for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__")}
+    assert rooms == {room for rooms in xlnet_jax.LAYERS for room in rooms}
+    assert len([p for p in PACKAGE.iterdir() if p.name != "__pycache__"]) <= 12
+
+
+def test_imports_flow_down_the_layers():
+    assert _layer_violations(_graph()) == []
+
+
+def test_an_upward_import_is_caught():
+    """A planted import of the training layer from the model layer is reported."""
+    graph = _graph()
+    graph["xlnet_jax.model.xlnet"] = graph["xlnet_jax.model.xlnet"] | {"xlnet_jax.training.steps"}
+    graph["xlnet_jax.run.lease"] = graph["xlnet_jax.run.lease"] | {"xlnet_jax.run.workdir"}
+    assert _layer_violations(graph) == ["xlnet_jax.model.xlnet -> xlnet_jax.training.steps"]
+
+
+def test_every_package_says_what_it_owns_and_may_import():
+    for init in PACKAGE.glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "import" in doc.lower(), f"{init.relative_to(REPO)}: say what the package may import"
+
+
+def test_the_readme_tree_lists_every_room():
+    """README's "How it works" tree names each top-level room of the package once."""
+    tree = (REPO / "README.md").read_text().split("```text\nxlnet_jax/", 1)[1].split("```")[0]
+    entries = [line[4:].split()[0] for line in tree.splitlines() if line[:4] in ("├── ", "└── ")]
+    named = {entry.rstrip("/").removesuffix(".py") for entry in entries}
+    rooms = {p.stem for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__")}
+    assert named == rooms
 
 
 def test_nothing_but_the_cli_imports_the_training_loop():
-    importers = {name for name, deps in _graph().items() if "xlnet_jax.train" in deps}
+    importers = {name for name, deps in _graph().items() if "xlnet_jax.training.train" in deps}
     assert importers <= {"xlnet_jax.cli"}
 
 

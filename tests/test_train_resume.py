@@ -14,12 +14,12 @@ import pytest
 
 from tests import train_harness as harness
 from tests.train_config import get_config
-from xlnet_jax import evaluate, run_config, steps
-from xlnet_jax.checkpoint import Checkpointer
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import ConfigError
-from xlnet_jax.model import XLNetLM
+from xlnet_jax.model.xlnet import XLNetLM
+from xlnet_jax.training import evaluate, run_config, steps
 
 
 @pytest.fixture(scope="module")

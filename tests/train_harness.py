@@ -16,11 +16,11 @@ import numpy as np
 
 from tests import test_data_common
 from tests.train_config import get_config
-from xlnet_jax import sharding
-from xlnet_jax.checkpoint_reader import load_trained_params, read_checkpoint
-from xlnet_jax.metrics_writer import read_metrics
-from xlnet_jax.preflight import check_run
-from xlnet_jax.program import build_program
+from xlnet_jax.checkpoint.reader import load_trained_params, read_checkpoint
+from xlnet_jax.run.preflight import check_run
+from xlnet_jax.training import sharding
+from xlnet_jax.training.metrics import read_metrics
+from xlnet_jax.training.program import build_program
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "tests" / "train_config.py")

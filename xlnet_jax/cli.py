@@ -172,7 +172,7 @@ def _with_run_config(rest: list[str]) -> list[str]:
             workdir = rest[i + 1]
         elif arg.startswith("--workdir="):
             workdir = arg.split("=", 1)[1]
-    from xlnet_jax import run_config
+    from xlnet_jax.training import run_config
 
     if workdir is not None and run_config.load(workdir) is not None:
         return [run_config.config_flag(workdir), *rest]
@@ -195,10 +195,10 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
     config = _config(fv)
     workdir = _require(fv, "workdir")
     _setup_jax(fv)
-    from xlnet_jax import train
+    from xlnet_jax.training import train
 
     options = dict(change_schedule=fv.change_schedule, init_from=fv.init_from)
-    from xlnet_jax.profiling import parse_steps
+    from xlnet_jax.training.profiling import parse_steps
 
     parse_steps(fv.profile_steps)  # a bad value fails here, before anything compiles
     if fv.dry_run:
@@ -220,7 +220,7 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
     config = _config(fv)
     workdir = _require(fv, "workdir")
     _setup_jax(fv)
-    from xlnet_jax import evaluate
+    from xlnet_jax.training import evaluate
 
     result = evaluate.evaluate_workdir(config, workdir)
     print(
@@ -291,7 +291,7 @@ def _single_source(args: list[str]) -> str:
 
 
 def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
-    from xlnet_jax import hf
+    from xlnet_jax.checkpoint import hf
 
     source, out = _single_source(args), _require(fv, "out")
     config = hf.import_hf(source, out)
@@ -304,7 +304,7 @@ def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
 
 
 def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
-    from xlnet_jax import export
+    from xlnet_jax.checkpoint import export
 
     message = export.export_to_hf(_single_source(args), _require(fv, "out"))
     if message:
@@ -322,7 +322,7 @@ def _define_compile(fv: flags.FlagValues) -> None:
 
 def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
-    from xlnet_jax import compile as aot
+    from xlnet_jax.training import compile as aot
 
     return aot.compile_for_topology(_config(fv), _require(fv, "topology"), save=fv.save)
 

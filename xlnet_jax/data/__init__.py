@@ -10,6 +10,7 @@ Text flows one way, one module per step:
   manifest.py        manifest.json, load_manifest(), manifest_fingerprint()
   corpus.py          a split as flat token / sentence-start arrays, cached as .npy
   streams.py         StreamBatcher: the batch of any step as a pure function of it
-Errors the user can fix are errors.DataError. Imports are per module (this package
-imports nothing), so tokenizer worker processes start without tfds.
+  batch_schema.py    the batch's fields, shapes and dtypes, shared with training
+Errors the user can fix are errors.DataError. May import paths and errors only. Imports
+are per module (this __init__ imports nothing), so tokenizer workers start without tfds.
 """

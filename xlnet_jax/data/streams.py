@@ -37,8 +37,7 @@ import zlib
 
 import numpy as np
 
-from xlnet_jax import batch_schema
-from xlnet_jax.data import tokenizer
+from xlnet_jax.data import batch_schema, tokenizer
 from xlnet_jax.data.corpus import load_split
 from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.errors import DataError

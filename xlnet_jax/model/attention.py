@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.kernels.mesh import sharded_relative_attention
-from xlnet_jax.position import scores_by_key
+from xlnet_jax.model.kernels.mesh import sharded_relative_attention
+from xlnet_jax.model.position import scores_by_key
 
 # Added to blocked scores before the softmax; exp() of it is exactly 0 in float32.
 _BLOCKED = -1e30

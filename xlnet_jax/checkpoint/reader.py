@@ -6,9 +6,10 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from xlnet_jax import orbax_drain, paths
-from xlnet_jax.checkpoint_checksums import verify_checksums
-from xlnet_jax.checkpoint_meta import DamagedStep, one_line
+from xlnet_jax import paths
+from xlnet_jax.checkpoint import orbax_drain
+from xlnet_jax.checkpoint.checksums import verify_checksums
+from xlnet_jax.checkpoint.meta import DamagedStep, one_line
 from xlnet_jax.errors import CheckpointError
 
 orbax_drain.install()  # a damaged file gives one error line, no event-loop tracebacks

@@ -17,12 +17,12 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from xlnet_jax import optim, placement, sharding, steps
+from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import ConfigError
-from xlnet_jax.model import XLNetLM
-from xlnet_jax.train_state import TrainState
+from xlnet_jax.model.xlnet import XLNetLM
+from xlnet_jax.training import optim, placement, sharding, steps
 
 # How Mosaic and libtpu name a failure to compile a Pallas kernel.
 _KERNEL_FAILURE = re.compile(r"Mosaic failed|LLO_CHECK|MosaicError")

@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from xlnet_jax import batch_schema, sharding
-from xlnet_jax.model import XLNetLM
-from xlnet_jax.train_state import TrainState
+from xlnet_jax.checkpoint.train_state import TrainState
+from xlnet_jax.data import batch_schema
+from xlnet_jax.model.xlnet import XLNetLM
+from xlnet_jax.training import sharding
 
 
 def _dummy_inputs(config: ml_collections.ConfigDict, batch: int):

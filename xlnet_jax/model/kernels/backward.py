@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.kernels import forward, tiles
+from xlnet_jax.model.kernels import forward, tiles
 
 
 def _kernel(spec: tiles.TileSpec, *refs):

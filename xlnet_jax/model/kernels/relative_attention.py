@@ -16,10 +16,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from xlnet_jax.kernels import tiles
-from xlnet_jax.kernels.backward import backward
-from xlnet_jax.kernels.forward import forward
-from xlnet_jax.position import scores_by_key
+from xlnet_jax.model.kernels import tiles
+from xlnet_jax.model.kernels.backward import backward
+from xlnet_jax.model.kernels.forward import forward
+from xlnet_jax.model.position import scores_by_key
 
 # Rows and keys per tile. Keys lie along the 128 lanes of a TPU vreg, and Mosaic rotates
 # and slices only lane-aligned tiles ("unsupported unaligned shape" otherwise), so every

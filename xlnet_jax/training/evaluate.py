@@ -11,14 +11,15 @@ import jax
 import ml_collections
 import numpy as np
 
-from xlnet_jax import paths, run_config, sharding
-from xlnet_jax.checkpoint import Checkpointer
+from xlnet_jax import paths
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import CheckpointError
-from xlnet_jax.metrics_writer import MetricsWriter, read_metrics
-from xlnet_jax.preflight import check_run
-from xlnet_jax.program import Program, build_program
+from xlnet_jax.run.preflight import check_run
+from xlnet_jax.training import run_config, sharding
+from xlnet_jax.training.metrics import MetricsWriter, read_metrics
+from xlnet_jax.training.program import Program, build_program
 
 log = logging.getLogger(__name__)
 

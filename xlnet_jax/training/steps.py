@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from xlnet_jax import plm
-from xlnet_jax.model import XLNetLM, uses_kernel
-from xlnet_jax.train_state import TrainState
+from xlnet_jax.checkpoint.train_state import TrainState
+from xlnet_jax.model.xlnet import XLNetLM, uses_kernel
+from xlnet_jax.objective import plm
 
 # Codes of the `nonfinite` metric: which quantity went non-finite first.
 FINITE, NONFINITE_LOSS, NONFINITE_GRAD, NONFINITE_UPDATE = 0, 1, 2, 3

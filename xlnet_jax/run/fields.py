@@ -13,8 +13,7 @@ import numbers
 
 import ml_collections
 
-from xlnet_jax.config import DEFAULT_AXIS_RULES
-from xlnet_jax.sharding import MESH_AXES
+from xlnet_jax.config import DEFAULT_AXIS_RULES, MESH_AXES
 
 INT32_MAX = 2**31 - 1
 INT, NUMBER, BOOL, STR, RULES = "integer", "number", "boolean", "string", "axis rules"

@@ -1,7 +1,8 @@
 """`xlnet-jax export-hf`: a params directory or a train workdir -> a HuggingFace directory."""
 
-from xlnet_jax import hf, paths
-from xlnet_jax.checkpoint_reader import load_trained_params
+from xlnet_jax import paths
+from xlnet_jax.checkpoint import hf
+from xlnet_jax.checkpoint.reader import load_trained_params
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.manifest import load_manifest
 

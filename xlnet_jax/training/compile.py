@@ -12,9 +12,10 @@ import re
 
 import ml_collections
 
-from xlnet_jax import flops, sharding
-from xlnet_jax.program import build_program
-from xlnet_jax.validate import ConfigError, validate_config
+from xlnet_jax.model import flops
+from xlnet_jax.run.validate import ConfigError, validate_config
+from xlnet_jax.training import sharding
+from xlnet_jax.training.program import build_program
 
 GIB = 2**30
 

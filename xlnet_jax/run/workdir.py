@@ -14,7 +14,7 @@ from jax.experimental import multihost_utils
 
 from xlnet_jax import paths
 from xlnet_jax.errors import WorkdirError
-from xlnet_jax.object_lease import ObjectLease
+from xlnet_jax.run.lease import ObjectLease
 
 # Free space kept in reserve beyond one checkpoint (metrics, TensorBoard, orbax metadata).
 MIN_FREE_BYTES = 64 * 2**20

@@ -11,11 +11,12 @@ import math
 
 import ml_collections
 
-from xlnet_jax import paths, validate
+from xlnet_jax import paths
 from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
 from xlnet_jax.data.staging import stage_corpus
 from xlnet_jax.errors import ConfigError, DataError
-from xlnet_jax.validate_fields import field_problem
+from xlnet_jax.run import validate
+from xlnet_jax.run.fields import field_problem
 
 
 def check_run(

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xlnet_jax.checkpoint_meta import DamagedStep
+from xlnet_jax.checkpoint.meta import DamagedStep
 
 
 def _as_uint32_words(x: jax.Array) -> jax.Array:

@@ -18,11 +18,12 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from xlnet_jax import orbax_drain, paths
-from xlnet_jax.checkpoint_checksums import tree_checksums, verify_checksums
-from xlnet_jax.checkpoint_meta import DamagedStep, check_compatible, looks_like_meta, one_line
+from xlnet_jax import paths
+from xlnet_jax.checkpoint import orbax_drain
+from xlnet_jax.checkpoint.checksums import tree_checksums, verify_checksums
+from xlnet_jax.checkpoint.meta import DamagedStep, check_compatible, looks_like_meta, one_line
+from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.errors import CheckpointError
-from xlnet_jax.train_state import TrainState
 
 log = logging.getLogger(__name__)
 orbax_drain.install()  # a fallback from a damaged step prints its warning and nothing else

@@ -19,24 +19,26 @@ import jax
 import ml_collections
 from jax.experimental import multihost_utils
 
-from xlnet_jax import flops, paths, run_config, sharding, steps
-from xlnet_jax.checkpoint import Checkpointer
-from xlnet_jax.checkpoint_meta import make_meta
+from xlnet_jax import paths
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
+from xlnet_jax.checkpoint.meta import make_meta
+from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import NonFiniteError
-from xlnet_jax.evaluate import make_evaluator
-from xlnet_jax.init_from import Source, check_source, load_source, place_params
-from xlnet_jax.metrics_writer import MetricsWriter
-from xlnet_jax.preflight import check_run
-from xlnet_jax.profiling import StepProfiler
-from xlnet_jax.program import build_program
-from xlnet_jax.train_progress import ProgressLine
-from xlnet_jax.train_state import TrainState
-from xlnet_jax.workdir import (
+from xlnet_jax.model import flops
+from xlnet_jax.run.init_from import Source, check_source, load_source, place_params
+from xlnet_jax.run.preflight import check_run
+from xlnet_jax.run.workdir import (
     MIN_FREE_BYTES,
     check_free_space,
     prepare_workdir,
 )
+from xlnet_jax.training import run_config, sharding, steps
+from xlnet_jax.training.evaluate import make_evaluator
+from xlnet_jax.training.metrics import MetricsWriter
+from xlnet_jax.training.profiling import StepProfiler
+from xlnet_jax.training.program import build_program
+from xlnet_jax.training.progress import ProgressLine
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,10 @@ import os
 
 import ml_collections
 
-from xlnet_jax import optim, paths
-from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
+from xlnet_jax import paths
+from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.errors import ConfigError
+from xlnet_jax.training import optim
 
 CONFIG_FILE = "config.json"
 # Fields whose change moves the learning rate of the steps still to come.

@@ -33,7 +33,7 @@ from flax import traverse_util
 from xlnet_jax import paths
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.errors import HFFormatError, MissingFileError
-from xlnet_jax.model import XLNetLM, validate_model_config
+from xlnet_jax.model.xlnet import XLNetLM, validate_model_config
 
 Params = dict
 _CONFIG = "config.json"

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.kernels import masks, tiles
+from xlnet_jax.model.kernels import masks, tiles
 
 
 def positional_tile(spec: tiles.TileSpec, pos_ref, qr_ref, ib, jb) -> jax.Array:

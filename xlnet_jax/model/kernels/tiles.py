@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.kernels import masks
+from xlnet_jax.model.kernels import masks
 
 # Score of a blocked key, as the XLA path (exp of it is 0 unless the whole row is blocked).
 BLOCKED = -1e30

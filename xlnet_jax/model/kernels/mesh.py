@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 from jax.sharding import PartitionSpec as P
 
-from xlnet_jax.kernels.relative_attention import relative_attention
+from xlnet_jax.model.kernels.relative_attention import relative_attention
 
 # TPU generations whose Mosaic has no strided lane rotation (tiles.TileSpec.strided_roll).
 NO_STRIDED_ROLL = ("TPU v2", "TPU v3", "TPU v4")

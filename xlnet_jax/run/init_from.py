@@ -20,9 +20,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from xlnet_jax import hf, paths
-from xlnet_jax.checkpoint_meta import ARCHITECTURE_FIELDS
-from xlnet_jax.checkpoint_reader import load_trained_params
+from xlnet_jax import paths
+from xlnet_jax.checkpoint import hf
+from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
+from xlnet_jax.checkpoint.reader import load_trained_params
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.manifest import Manifest, load_manifest
 from xlnet_jax.errors import ConfigError, DataError

@@ -33,8 +33,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from xlnet_jax import plm_spans
-from xlnet_jax.kernels.masks import UNORDERED, PermOrder
+from xlnet_jax.model.kernels.masks import UNORDERED, PermOrder
+from xlnet_jax.objective import spans
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +140,8 @@ def _row_targets(
     parts = []
     for start, end, goal in target_blocks(cfg):
         span_args = (goal, cfg.max_span, cfg.mask_alpha, cfg.mask_beta)
-        block_words, words = jnp.split(words, [plm_spans.num_random_words(end - start, *span_args)])
-        chosen, _ = plm_spans.sample_block_targets(
+        block_words, words = jnp.split(words, [spans.num_random_words(end - start, *span_args)])
+        chosen, _ = spans.sample_block_targets(
             block_words,
             _forward_order(is_word_start[start:end], is_backward),
             _forward_order(is_functional[start:end], is_backward),
@@ -160,7 +160,7 @@ def _num_row_words(cfg: PLMConfig) -> int:
     """uint32 random words one row consumes: its blocks' targets, then its order."""
     span_args = (cfg.max_span, cfg.mask_alpha, cfg.mask_beta)
     blocks = target_blocks(cfg)
-    targets = sum(plm_spans.num_random_words(e - s, g, *span_args) for s, e, g in blocks)
+    targets = sum(spans.num_random_words(e - s, g, *span_args) for s, e, g in blocks)
     return targets + _num_order_words(cfg)
 
 

@@ -9,7 +9,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from xlnet_jax.attention import (
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.model.attention import (
     KernelRows,
     QueryRows,
     RelativeBiases,
@@ -17,10 +18,9 @@ from xlnet_jax.attention import (
     logical_param,
     query_rows,
 )
-from xlnet_jax.config import ModelConfig
-from xlnet_jax.kernels import masks
-from xlnet_jax.kernels.mesh import target_device
-from xlnet_jax.position import default_backward_rows, relative_positional_encoding
+from xlnet_jax.model.kernels import masks
+from xlnet_jax.model.kernels.mesh import target_device
+from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
 
 ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "relu": jax.nn.relu}
 DTYPES = ("float32", "bfloat16")

@@ -10,13 +10,12 @@ import math
 
 import ml_collections
 
-from xlnet_jax import sharding
-from xlnet_jax.config import ModelConfig
+from xlnet_jax.config import ModelConfig, mesh_shape
 from xlnet_jax.data.tokenizer import SPECIAL_IDS
-from xlnet_jax.errors import ConfigError
-from xlnet_jax.model import validate_model_config
-from xlnet_jax.plm import PLMConfig, validate_plm_config
-from xlnet_jax.validate_fields import field_problem, nonfinite_problem
+from xlnet_jax.errors import ConfigError, MeshError
+from xlnet_jax.model.xlnet import validate_model_config
+from xlnet_jax.objective.plm import PLMConfig, validate_plm_config
+from xlnet_jax.run.fields import field_problem, nonfinite_problem
 
 NUM_SPECIAL_IDS = len(SPECIAL_IDS)
 
@@ -150,8 +149,8 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int | None = None
         raise ConfigError(problem)
     if num_devices is not None:
         try:
-            data, fsdp, _ = sharding.mesh_shape(c, num_devices)
-        except sharding.MeshError as e:
+            data, fsdp, _ = mesh_shape(c, num_devices)
+        except MeshError as e:
             raise ConfigError(str(e)) from None
         validate_batch_layout(c, data * fsdp)
         tensor = num_devices // (data * fsdp)

@@ -1,0 +1,11 @@
+"""Training: the program (model, optimiser, jitted steps over a mesh) and the loop.
+
+  program.py     build_program: the one place the train step is jitted
+  steps.py       train and eval steps; placement.py, sharding.py lay them on the mesh
+  optim.py       AdamW with warmup and decay
+  train.py       the loop: resume, checkpoints, metrics, progress line, profiling
+  evaluate.py    held-out evaluation; metrics.py, progress.py, profiling.py report
+  run_config.py  the run's saved config and what a resume may change
+  compile.py     AOT compile for TPU topologies from any host
+May import run, checkpoint, objective, model, data and the base modules.
+"""
