@@ -238,6 +238,12 @@ def _define_prepare(fv: flags.FlagValues) -> None:
         "spm_model", None, "Use this SentencePiece .model instead of training.", flag_values=fv
     )
     flags.DEFINE_bool("uncased", False, "Lowercase the text before tokenizing.", flag_values=fv)
+    flags.DEFINE_bool(
+        "keep_accents",
+        False,
+        "Keep accents: no NFKD and no mark stripping (SentencePiece's NFKC still applies).",
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "tfds_name", None, "A locally available tfds text dataset to read.", flag_values=fv
     )
@@ -269,6 +275,7 @@ def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
             vocab_size=fv.vocab_size,
             spm_model=fv.spm_model,
             uncased=fv.uncased,
+            keep_accents=fv.keep_accents,
             tfds_name=fv.tfds_name,
             tfds_text_feature=fv.tfds_text_feature,
             tfds_split=fv.tfds_split,

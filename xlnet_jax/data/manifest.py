@@ -12,6 +12,7 @@ import json
 import os
 
 from xlnet_jax import paths
+from xlnet_jax.data import word_starts
 from xlnet_jax.errors import DataError
 
 FORMAT_VERSION = 1
@@ -29,7 +30,8 @@ class Manifest:
       vocab_size: pieces in the tokenizer; config.vocab_size must equal it.
       special_ids: piece -> id of <unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>.
       tokenizer: {"file", "sha256", "trained"}: the .model in the corpus directory.
-      normalization: the options of normalize.normalize that the text went through.
+      normalization: the options of normalize.normalize that the text went through
+        (nfkd_strip_accents false: prepared with --keep_accents).
       inputs: per input {"path", "bytes", "sha256", "documents", "sentences",
         "invalid_utf8_lines", "control_char_lines", "long_lines"[, "first_invalid_utf8_offset",
         "first_control_char_offset", "first_long_line_offset", "skipped": "empty" or
@@ -44,6 +46,9 @@ class Manifest:
       files: relative path -> {"bytes", "sha256"} of every file of the tfds dataset, so a
         copy (a corpus staged from object storage) can be verified (not fingerprinted: the
         dataset is a function of what is).
+      word_starts: the rule that marks word starts for the PLM spans (word_starts.RULES);
+        absent from corpora prepared before it, which keep "marker". Not fingerprinted: it
+        changes no token, and each corpus keeps its own.
     """
 
     path: str
@@ -59,10 +64,19 @@ class Manifest:
     dataset: dict
     stats: dict
     files: dict = dataclasses.field(default_factory=dict)
+    word_starts: str = word_starts.MARKER
 
     @property
     def tokenizer_path(self) -> str:
         return os.fspath(paths.as_path(self.path) / self.tokenizer["file"])
+
+    @property
+    def keep_accents(self) -> bool:
+        return not self.normalization["nfkd_strip_accents"]
+
+    @property
+    def uncased(self) -> bool:
+        return self.normalization["lowercase"]
 
 
 def save_manifest(manifest: Manifest) -> None:
@@ -89,6 +103,12 @@ def load_manifest(corpus_dir: str) -> Manifest:
         raise DataError(
             f"{corpus_dir} has corpus format {fields.get('format_version')}, this version reads "
             f"{FORMAT_VERSION}; prepare the corpus again."
+        )
+    rule = fields.get("word_starts", word_starts.MARKER)
+    if rule not in word_starts.RULES:
+        raise DataError(
+            f"{target}: word_starts {rule!r} is not one this version knows "
+            f"({', '.join(word_starts.RULES)}); prepare the corpus again."
         )
     return Manifest(path=corpus_dir, **fields)
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from xlnet_jax.data import sources, staging, tfds_builder, tokenizer
+from xlnet_jax.data import sources, staging, tfds_builder, tokenizer, word_starts
 from xlnet_jax.data.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -39,7 +39,7 @@ from xlnet_jax.data.manifest import (
     manifest_fingerprint,
     save_manifest,
 )
-from xlnet_jax.data.normalize import normalization_options, normalize
+from xlnet_jax.data.normalize import lost_letters, normalization_options, normalize
 from xlnet_jax.data.prepare_progress import Progress
 from xlnet_jax.errors import DataError
 
@@ -48,6 +48,8 @@ __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"
 _OWNED = {MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME, "cache"}
 _TEMP_PREFIX = ".prepare-"
 _CHUNK_SENTENCES = 2000
+# Share of the non-ASCII letters the default normalisation may drop before prepare says so.
+_LOSS_HINT = 0.01
 
 
 def prepare_corpus(
@@ -57,6 +59,7 @@ def prepare_corpus(
     vocab_size: int = 32000,
     spm_model: str | None = None,
     uncased: bool = False,
+    keep_accents: bool = False,
     tfds_name: str | None = None,
     tfds_text_feature: str = "text",
     tfds_split: str = "train",
@@ -74,6 +77,7 @@ def prepare_corpus(
       vocab_size: pieces of the SentencePiece unigram model to train.
       spm_model: a .model to use instead of training one; its special ids are checked.
       uncased: lowercase the text (before training and tokenizing).
+      keep_accents: no NFKD and no accent stripping (SentencePiece's NFKC still applies).
       tfds_name: a tfds text dataset prepared locally (array_record), read without download.
       tfds_text_feature: its feature holding the text; lines are sentences.
       tfds_split: its split to read.
@@ -96,7 +100,7 @@ def prepare_corpus(
     tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=out_dir)
     try:
         text_path = os.path.join(tmp, "normalized.txt")
-        num_docs = _normalize_inputs(inputs_, text_path, uncased)
+        num_docs = _normalize_inputs(inputs_, text_path, uncased, keep_accents)
         model_path = os.path.join(out_dir, TOKENIZER_FILE)
         if model_bytes is None:
             print(f"Training SentencePiece (unigram, {vocab_size} pieces)...", file=sys.stderr)
@@ -120,7 +124,7 @@ def prepare_corpus(
                 "sha256": _sha256(model_path),
                 "trained": model_bytes is None,
             },
-            normalization=normalization_options(uncased),
+            normalization=normalization_options(uncased, keep_accents),
             inputs=[i.record for i in inputs_],
             splits={name: buf.counts() for name, buf in buffers.items()},
             validation_fraction=validation_fraction,
@@ -128,6 +132,7 @@ def prepare_corpus(
             dataset={"name": tfds_builder.NAME, "version": tfds_builder.VERSION},
             stats=_stats(buffers, time.perf_counter() - start, tokenize_seconds),
             files=staging.dataset_files(out_dir),
+            word_starts=word_starts.MARKER_HAN_KANA,
         )
         save_manifest(manifest)
     finally:
@@ -180,15 +185,28 @@ def _claim(out_dir: str) -> None:
             os.remove(path)
 
 
-def _normalize_inputs(inputs: list[sources.Input], text_path: str, uncased: bool) -> int:
-    """Pass 1: normalised sentences to text_path, documents separated by a blank line."""
+def _normalize_inputs(
+    inputs: list[sources.Input], text_path: str, uncased: bool, keep_accents: bool
+) -> int:
+    """Pass 1: normalised sentences to text_path, documents separated by a blank line.
+
+    Says so in one line when the default normalisation drops more than _LOSS_HINT of the
+    corpus's non-ASCII letters (accents: é -> e, が -> か).
+    """
     progress = Progress("Reading and normalising", 0, "docs")
-    num_docs = 0
+    num_docs = letters = lost = 0
     with open(text_path, "w", encoding="utf-8") as out:
         for source in inputs:
             docs = sentences = 0
             for doc in source.documents():
-                lines = [s for s in (normalize(s, uncased=uncased) for s in doc) if s]
+                lines = []
+                for raw in doc:
+                    line = normalize(raw, uncased=uncased, keep_accents=keep_accents)
+                    if line and not keep_accents and not raw.isascii():
+                        counts = lost_letters(raw, line)
+                        letters, lost = letters + counts[0], lost + counts[1]
+                    if line:
+                        lines.append(line)
                 if lines:
                     out.write("\n".join(lines) + "\n\n")
                     docs += 1
@@ -206,6 +224,13 @@ def _normalize_inputs(inputs: list[sources.Input], text_path: str, uncased: bool
     progress.close()
     if not num_docs:
         raise DataError("Every input is empty; pass files that hold text.")
+    if lost > _LOSS_HINT * letters:
+        print(
+            f"The default normalisation dropped the accents of {lost / letters:.1%} of this "
+            f"corpus's non-ASCII letters ({lost:,} of {letters:,}, e.g. é -> e); prepare with "
+            "--keep_accents to keep them.",
+            file=sys.stderr,
+        )
     return num_docs
 
 

@@ -26,8 +26,8 @@ reversed: read from the stream's end toward its start, so the memory is the true
 in that direction. Everything above (sentence cuts, A, B) is done on the reversed text.
 `is_backward` marks those rows.
 
-is_word_start. The flag of each token as a piece of forward text: the piece begins with
-'▁' or '<', or is a single punctuation character (a table lookup on the id). It is the
+is_word_start. The flag of each token as a piece of forward text: the piece begins a word
+under the corpus's word-start rule (data.word_starts; a table lookup on the id). It is the
 same flag whatever the row's direction, so a backward row carries its flags reversed with
 its tokens; the PLM sampler flips a backward row to forward order before it aligns spans
 to word starts, and flips the result back.
@@ -96,7 +96,7 @@ class StreamBatcher:
         flat = load_split(self.manifest, split)
         self._tokens = flat.tokens
         word_start, functional = tokenizer.piece_tables(
-            tokenizer.load_processor(self.manifest.tokenizer_path)
+            tokenizer.load_processor(self.manifest.tokenizer_path), self.manifest.word_starts
         )
         self._word_start, self._functional = word_start, functional
         self.num_tokens = n = len(flat.tokens)

@@ -18,6 +18,7 @@ import re
 import numpy as np
 import sentencepiece as spm
 
+from xlnet_jax.data import word_starts
 from xlnet_jax.errors import DataError
 
 SPECIAL_PIECES = ("<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>")
@@ -31,9 +32,6 @@ EOD_ID = SPECIAL_IDS["<eod>"]
 TRAIN_THREADS = 16
 # Sentences SentencePiece samples for training (deterministically) from a larger corpus.
 TRAIN_SENTENCES = 10_000_000
-# Single-character pieces the original counts as word starts (`_is_start_piece`).
-_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
-_WORD_MARK = "\u2581"
 
 
 def train_tokenizer(text_file: str, model_path: str, vocab_size: int) -> None:
@@ -114,17 +112,16 @@ def check_special_ids(sp: spm.SentencePieceProcessor, path: str) -> None:
         )
 
 
-def piece_tables(sp: spm.SentencePieceProcessor) -> tuple[np.ndarray, np.ndarray]:
+def piece_tables(
+    sp: spm.SentencePieceProcessor, rule: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-id lookup tables (is_word_start, is_functional), bool [vocab_size].
 
-    A word start is a piece that begins with the word marker '▁', begins with '<' (the
-    special pieces) or is a single punctuation character: where a span of the PLM objective
-    may begin. Functional ids are <sep>, <cls> and <pad>.
+    A word start is where a span of the PLM objective may begin, under the corpus's
+    word-start rule (see word_starts). Functional ids are <sep>, <cls> and <pad>.
     """
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    word_start = np.array(
-        [p.startswith((_WORD_MARK, "<")) or p in _PUNCTUATION for p in pieces], dtype=bool
-    )
+    word_start = np.array([word_starts.is_word_start(p, rule) for p in pieces], dtype=bool)
     functional = np.zeros(len(pieces), dtype=bool)
     functional[[SEP_ID, CLS_ID, PAD_ID]] = True
     return word_start, functional
