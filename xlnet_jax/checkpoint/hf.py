@@ -31,6 +31,7 @@ from etils import epath
 from flax import traverse_util
 
 from xlnet_jax import paths
+from xlnet_jax.checkpoint import hf_tokenizer
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.errors import HFFormatError, MissingFileError
 from xlnet_jax.model.xlnet import XLNetLM, validate_model_config
@@ -41,6 +42,8 @@ _HF_SAFETENSORS = "model.safetensors"
 _HF_TORCH = "pytorch_model.bin"
 _PARAMS = "params.safetensors"
 TOKENIZER_FILE = "spiece.model"  # the SentencePiece model's name in HF XLNet directories
+# With it: how HF tokenizes (normalisation settings, the tokenizers pipeline).
+_TOKENIZER_FILES = (TOKENIZER_FILE, hf_tokenizer.CONFIG_FILE, hf_tokenizer.JSON_FILE)
 
 # HF key under "transformer.layer.{i}." -> (our path under params["layers"], torch Linear weight?).
 _LAYER_KEYS = {
@@ -358,7 +361,9 @@ def export_hf(src_params_dir: str | os.PathLike, out: str | os.PathLike) -> Mode
 
 
 def _copy_tokenizer(src: str | os.PathLike, out: str | os.PathLike) -> None:
-    """Carries SRC's spiece.model along, so `train --init_from OUT` can check the corpus's."""
-    tokenizer = paths.as_path(src) / TOKENIZER_FILE
-    if tokenizer.is_file():
-        tokenizer.copy(paths.as_path(out) / TOKENIZER_FILE, overwrite=True)
+    """Carries SRC's spiece.model and its HF tokenizer settings along, so `train --init_from
+    OUT` can check the corpus's tokenizer and normalisation, and an export keeps them."""
+    for name in _TOKENIZER_FILES:
+        tokenizer = paths.as_path(src) / name
+        if tokenizer.is_file():
+            tokenizer.copy(paths.as_path(out) / name, overwrite=True)

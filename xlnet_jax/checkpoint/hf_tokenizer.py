@@ -26,6 +26,7 @@ from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 
 from xlnet_jax.data import normalize, tokenizer
+from xlnet_jax.errors import HFFormatError
 
 CONFIG_FILE = "tokenizer_config.json"
 JSON_FILE = "tokenizer.json"
@@ -60,15 +61,17 @@ def write_tokenizer_files(out: epath.Path, spm_path: str, *, keep_accents: bool,
     return "XLNetTokenizer and AutoTokenizer give this corpus's ids"
 
 
-def read_settings(directory: epath.Path) -> dict | None:
-    """{"keep_accents", "uncased"} from directory's tokenizer_config.json, None without one.
+def read_settings(directory: epath.Path) -> dict:
+    """{"keep_accents", "uncased"} from directory's tokenizer_config.json.
 
-    A missing key takes XLNetTokenizer's default (False), as transformers would.
+    A missing file or key takes XLNetTokenizer's default (False), as transformers would
+    (the released XLNet models ship none: cased, accents stripped).
     """
     path = directory / CONFIG_FILE
-    if not path.is_file():
-        return None
-    config = json.loads(path.read_text())
+    try:
+        config = json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError as e:
+        raise HFFormatError(f"{path}: not valid JSON ({e})") from None
     return {
         "keep_accents": bool(config.get("keep_accents", False)),
         "uncased": bool(config.get("do_lower_case", False)),

@@ -112,9 +112,7 @@ def check_special_ids(sp: spm.SentencePieceProcessor, path: str) -> None:
         )
 
 
-def piece_tables(
-    sp: spm.SentencePieceProcessor, rule: str
-) -> tuple[np.ndarray, np.ndarray]:
+def piece_tables(sp: spm.SentencePieceProcessor, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """Per-id lookup tables (is_word_start, is_functional), bool [vocab_size].
 
     A word start is where a span of the PLM objective may begin, under the corpus's

@@ -10,6 +10,8 @@ The config's architecture fields must equal the source's (the error names each o
 The source's tokenizer, when it has one (an HF directory's or a params directory's
 spiece.model, a workdir's corpus tokenizer), must be the corpus's: token ids mean nothing
 under another vocabulary, so a mismatch is refused; a source without one is warned about.
+So must its normalisation (keep_accents, uncased: tokenizer_config.json, or the workdir's
+corpus manifest): the same vocabulary sees other text under another one.
 """
 
 import dataclasses
@@ -21,7 +23,7 @@ import ml_collections
 import numpy as np
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint import hf
+from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.checkpoint.reader import load_trained_params
 from xlnet_jax.config import ModelConfig
@@ -40,6 +42,7 @@ class Source:
     model: ModelConfig
     params: dict
     tokenizer: str | None
+    normalization: dict | None = None  # {"keep_accents", "uncased"}, with the tokenizer
 
 
 def load_source(path: str) -> Source:
@@ -50,10 +53,12 @@ def load_source(path: str) -> Source:
         raise ConfigError(f"--init_from {path}: no such directory.")
     if (root / "checkpoints").is_dir():
         config, params, _ = load_trained_params(path)
-        tokenizer = None
+        tokenizer = normalization = None
         if config.corpus_dir and (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
-            tokenizer = load_manifest(config.corpus_dir).tokenizer_path
-        return Source(path, "workdir", ModelConfig.from_config(config), params, tokenizer)
+            corpus = load_manifest(config.corpus_dir)
+            tokenizer, normalization = corpus.tokenizer_path, _settings(corpus)
+        model = ModelConfig.from_config(config)
+        return Source(path, "workdir", model, params, tokenizer, normalization)
     if (root / "params.safetensors").is_file():
         model, params = hf.load_params_dir(root)
         kind = "params directory"
@@ -61,7 +66,9 @@ def load_source(path: str) -> Source:
         model, params = hf.load_hf(root)
         kind = "HF directory"
     tokenizer = root / hf.TOKENIZER_FILE
-    return Source(path, kind, model, params, str(tokenizer) if tokenizer.is_file() else None)
+    if not tokenizer.is_file():
+        return Source(path, kind, model, params, None)
+    return Source(path, kind, model, params, str(tokenizer), hf_tokenizer.read_settings(root))
 
 
 def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Manifest) -> None:
@@ -89,6 +96,18 @@ def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Ma
             f"{manifest.path} was prepared with; prepare the corpus again with "
             f"`xlnet-jax prepare --spm_model {source.tokenizer} ...`."
         )
+    if source.normalization not in (None, _settings(manifest)):
+        flags = "".join(f" --{k}" for k, on in source.normalization.items() if on)
+        raise DataError(
+            f"--init_from {source.path}: its text was normalised with {source.normalization}, "
+            f"{manifest.path} with {_settings(manifest)}; prepare the corpus again with "
+            f"`xlnet-jax prepare --spm_model {source.tokenizer}{flags} ...`."
+        )
+
+
+def _settings(manifest: Manifest) -> dict:
+    """The normalisation settings a source and a corpus must share."""
+    return {"keep_accents": manifest.keep_accents, "uncased": manifest.uncased}
 
 
 def place_params(params: dict, shardings) -> dict:
