@@ -14,7 +14,9 @@ WORDS = {
     "zh": "数据 模型 训练 语言 文本 我们 使用 计算机 学习 开源 软件 系统 中文 处理 自然 网络 "
     "程序 研究 方法 结果 因为 所以 可以 非常 重要 的 是 在 了 和 北京 今天 天气 很好".split(),
     "ja": "私 は 日本語 の テキスト を 書きます データ モデル 学習 します 東京 に 行きます "
-    "新しい コンピュータ で が ガラス ぎんこう 天気 きょう 読みました プログラム".split(),
+    "新しい コンピュータ で が ガラス ぎんこう 天気 きょう 読みました プログラム 人 山 川 "
+    "本 水 日 月 花 見る 行く 来る する いる ある これ それ 何 今日 明日 猫 犬 雨 雪 空 海 "
+    "町 駅 車 道 店 家 学校 先生 友達 から まで と も や ね よ".split(),
     "latin": "café crème à été déjà naïve Tiếng Việt có dấu Größe Straße über Ärger "
     "garçon señor año cœur élève français người học tiếng".split(),
     "en": "the model reads text and learns which words come next in every sentence of "
