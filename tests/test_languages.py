@@ -220,7 +220,7 @@ OVERRIDES = [
     "--config.reuse_len=16", "--config.mem_len=16", "--config.perm_size=16",
     "--config.num_predict=10", "--config.num_train_steps=200", "--config.warmup_steps=10",
     "--config.learning_rate=5e-3", "--config.eval_every=200", "--config.checkpoint_every=200",
-    "--config.log_every=50",
+    "--config.log_every=50", "--config.eval_steps=4",
 ]  # fmt: skip
 
 
