@@ -140,6 +140,14 @@ def test_hint_for_dropped_accents_only(capsys):
     assert hints["ko"] == hints["en"] == hints["zh"] == []
     _, _, err = prepare("hint-kept", ("latin",), 40, 70, True, capsys)
     assert "--keep_accents" not in err
+    # English with a few accented names: a few letters of a large text, no hint.
+    english = open(test_data_common.english_text(), encoding="utf-8").read()
+    named = f"{test_data_common.scratch('named')}/named.txt"
+    with open(named, "w", encoding="utf-8") as f:
+        f.write(english + "\nThanks to José, Zoë and Günther.\n")
+    capsys.readouterr()
+    prepare_corpus([named], f"{test_data_common.scratch('named')}/c", vocab_size=500, num_workers=1)
+    assert "--keep_accents" not in capsys.readouterr().err
 
 
 def mean_masked_span_chars(corpus: str, rule: str) -> float:

@@ -48,8 +48,11 @@ __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"
 _OWNED = {MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME, "cache"}
 _TEMP_PREFIX = ".prepare-"
 _CHUNK_SENTENCES = 2000
-# Share of the non-ASCII letters the default normalisation may drop before prepare says so.
+# prepare says so when the default normalisation drops more than this share of the corpus's
+# non-ASCII letters, and they are more than _LOSS_FLOOR of its characters (an English text
+# with a few accented names stays quiet).
 _LOSS_HINT = 0.01
+_LOSS_FLOOR = 0.001
 
 
 def prepare_corpus(
@@ -194,13 +197,14 @@ def _normalize_inputs(
     corpus's non-ASCII letters (accents: é -> e, が -> か).
     """
     progress = Progress("Reading and normalising", 0, "docs")
-    num_docs = letters = lost = 0
+    num_docs = chars = letters = lost = 0
     with open(text_path, "w", encoding="utf-8") as out:
         for source in inputs:
             docs = sentences = 0
             for doc in source.documents():
                 lines = []
                 for raw in doc:
+                    chars += len(raw)
                     line = normalize(raw, uncased=uncased, keep_accents=keep_accents)
                     if line and not keep_accents and not raw.isascii():
                         counts = lost_letters(raw, line)
@@ -224,7 +228,7 @@ def _normalize_inputs(
     progress.close()
     if not num_docs:
         raise DataError("Every input is empty; pass files that hold text.")
-    if lost > _LOSS_HINT * letters:
+    if lost > _LOSS_HINT * letters and lost > _LOSS_FLOOR * chars:
         print(
             f"The default normalisation dropped the accents of {lost / letters:.1%} of this "
             f"corpus's non-ASCII letters ({lost:,} of {letters:,}, e.g. é -> e); prepare with "
