@@ -16,7 +16,7 @@ import pytest
 
 from tests import multilingual, test_data_common
 from tests.train_harness import environment
-from xlnet_jax.checkpoint import hf_tokenizer
+from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.checkpoint.export import export_to_hf
 from xlnet_jax.data import tokenizer, word_starts
 from xlnet_jax.data.corpus import unigram_entropy
@@ -26,7 +26,7 @@ from xlnet_jax.data.prepare import prepare_corpus
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import DataError
 from xlnet_jax.objective.plm import PLMConfig, sample_plm
-from xlnet_jax.run.init_from import Source, check_source
+from xlnet_jax.run.init_from import Source, check_source, load_source
 
 ALL = ("ko", "zh", "ja", "latin", "en")
 MODES = {"default": False, "keep_accents": True}
@@ -204,6 +204,9 @@ def test_hf_tokenizers_give_our_ids_in_both_modes(mixed, tmp_path):
         theirs = hf(lines, add_special_tokens=False)["input_ids"]
         differ = [line for line, a, b in zip(lines, ours, theirs, strict=True) if a != b]
         assert differ == [], (loader.__name__, differ[:3])
+    # So their <unk> rate on Korean is ours: none, every syllable is in the vocabulary.
+    korean = [ids for ids, line in zip(ours, lines, strict=True) if "다" in line]
+    assert korean and sum(ids.count(tokenizer.SPECIAL_IDS["<unk>"]) for ids in korean) == 0
     assert hf_tokenizer.read_settings(tmp_path) == {"keep_accents": keep, "uncased": False}
 
 
@@ -250,4 +253,8 @@ def test_a_short_run_on_korean_chinese_english_learns_and_exports(tmp_path):
 
     note = export_to_hf(str(workdir), str(tmp_path / "hf"))
     assert "XLNetTokenizer and AutoTokenizer give this corpus's ids" in note
-    assert hf_tokenizer.read_settings(tmp_path / "hf") == {"keep_accents": False, "uncased": False}
+    # import-hf carries the settings; --init_from reads them back from either directory.
+    hf.import_hf(tmp_path / "hf", tmp_path / "params")
+    for directory in ("hf", "params"):
+        source = load_source(str(tmp_path / directory))
+        assert source.normalization == {"keep_accents": False, "uncased": False}
