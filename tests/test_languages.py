@@ -116,16 +116,25 @@ def test_english_word_starts_are_as_before():
         "nfkd_strip_accents": True,
         "lowercase": False,
     }
-    legacy = dataclasses.replace(manifest, word_starts=word_starts.MARKER)
-    assert manifest_fingerprint(legacy) == manifest_fingerprint(manifest)
+    # English corpora record the rule in effect, "marker": their fingerprint is as before.
+    assert manifest.word_starts == word_starts.MARKER
+    legacy = json.loads(open(f"{manifest.path}/manifest.json").read())
+    assert legacy.pop("word_starts") == word_starts.MARKER
+    assert manifest_fingerprint(manifest) == manifest_fingerprint(
+        type(manifest)(path=manifest.path, **legacy)
+    )
 
 
-def test_a_corpus_prepared_before_the_rule_keeps_the_marker_rule(tmp_path):
-    source = test_data_common.small_corpus()
-    fields = json.loads(open(f"{source}/manifest.json").read())
-    del fields["word_starts"]
+def test_a_corpus_prepared_before_the_rule_keeps_the_marker_rule(mixed, tmp_path):
+    _, corpus, _ = mixed
+    fields = json.loads(open(f"{corpus}/manifest.json").read())
+    assert fields.pop("word_starts") == word_starts.MARKER_HAN_KANA
     (tmp_path / "manifest.json").write_text(json.dumps(fields))
-    assert load_manifest(str(tmp_path)).word_starts == word_starts.MARKER
+    before = load_manifest(str(tmp_path))
+    assert before.word_starts == word_starts.MARKER
+    # Prepared again, the corpus has the new rule and another fingerprint: a run started on
+    # it before refuses to resume rather than change its objective underneath.
+    assert manifest_fingerprint(before) != manifest_fingerprint(load_manifest(corpus))
     (tmp_path / "manifest.json").write_text(json.dumps({**fields, "word_starts": "bert"}))
     with pytest.raises(DataError, match="word_starts 'bert' is not one this version knows"):
         load_manifest(str(tmp_path))

@@ -2,7 +2,7 @@
 
 Training stores the fingerprint with its checkpoints and refuses to resume on a corpus
 whose fingerprint differs: another tokenizer, other input content, other normalisation,
-another split. File paths, timings and empty inputs are recorded but not fingerprinted,
+another split, another word-start rule. File paths, timings and empty inputs are recorded but not fingerprinted,
 so a moved input with the same bytes is the same corpus, and so is one beside an empty file.
 """
 
@@ -46,9 +46,10 @@ class Manifest:
       files: relative path -> {"bytes", "sha256"} of every file of the tfds dataset, so a
         copy (a corpus staged from object storage) can be verified (not fingerprinted: the
         dataset is a function of what is).
-      word_starts: the rule that marks word starts for the PLM spans (word_starts.RULES);
-        absent from corpora prepared before it, which keep "marker". Not fingerprinted: it
-        changes no token, and each corpus keeps its own.
+      word_starts: the rule in effect that marks word starts for the PLM spans
+        (word_starts.RULES); absent from corpora prepared before it, which keep "marker".
+        Fingerprinted only when it is not "marker", so those corpora, and English ones
+        prepared since (whose table is the same), keep their fingerprint.
     """
 
     path: str
@@ -114,7 +115,8 @@ def load_manifest(corpus_dir: str) -> Manifest:
 
 
 def manifest_fingerprint(manifest: Manifest) -> str:
-    """A hex sha256 that changes with anything that changes the token streams."""
+    """A hex sha256 that changes with anything that changes the token streams or their
+    word starts."""
     content = {
         "format_version": manifest.format_version,
         "vocab_size": manifest.vocab_size,
@@ -126,4 +128,6 @@ def manifest_fingerprint(manifest: Manifest) -> str:
         "validation_fraction": manifest.validation_fraction,
         "seed": manifest.seed,
     }
+    if manifest.word_starts != word_starts.MARKER:
+        content["word_starts"] = manifest.word_starts
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

@@ -117,10 +117,11 @@ def prepare_corpus(
         buffers = {name: buf for name, buf in buffers.items() if buf.num_docs}
         tokenize_seconds = time.perf_counter() - tokenize_start
         tfds_builder.write_dataset(out_dir, {name: buf.documents for name, buf in buffers.items()})
+        sp = tokenizer.load_processor(model_path)
         manifest = Manifest(
             path=out_dir,
             format_version=FORMAT_VERSION,
-            vocab_size=tokenizer.load_processor(model_path).get_piece_size(),
+            vocab_size=sp.get_piece_size(),
             special_ids=dict(tokenizer.SPECIAL_IDS),
             tokenizer={
                 "file": TOKENIZER_FILE,
@@ -135,7 +136,9 @@ def prepare_corpus(
             dataset={"name": tfds_builder.NAME, "version": tfds_builder.VERSION},
             stats=_stats(buffers, time.perf_counter() - start, tokenize_seconds),
             files=staging.dataset_files(out_dir),
-            word_starts=word_starts.MARKER_HAN_KANA,
+            word_starts=word_starts.rule_for(
+                [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+            ),
         )
         save_manifest(manifest)
     finally:

@@ -11,8 +11,11 @@ Two rules, recorded per corpus in manifest.json ("word_starts"):
     piece, BERT's convention for ideographs. Korean is written with spaces and keeps "▁";
     text without those scripts (English) gets exactly the "marker" table.
 
-A corpus prepared before the rule existed has no "word_starts" in its manifest and keeps
-"marker": a run resumed on it trains on the objective it started with.
+prepare records the rule in effect: "marker+han_kana" when the vocabulary holds a piece it
+makes a word start, else "marker" (the same table). A corpus prepared before the rule
+existed has no "word_starts" in its manifest and keeps "marker": a run resumed on it trains
+on the objective it started with. One prepared again, whose rule changed, has another
+fingerprint (manifest.manifest_fingerprint), so a run refuses to resume on it in one line.
 """
 
 import unicodedata
@@ -42,3 +45,9 @@ def is_word_start(piece: str, rule: str) -> bool:
     if piece.startswith((WORD_MARK, "<")) or piece in _PUNCTUATION:
         return True
     return rule == MARKER_HAN_KANA and begins_han_or_kana(piece)
+
+
+def rule_for(pieces: list[str]) -> str:
+    """The rule in effect for a vocabulary: MARKER_HAN_KANA if it changes any piece's flag."""
+    changed = any(is_word_start(p, MARKER_HAN_KANA) != is_word_start(p, MARKER) for p in pieces)
+    return MARKER_HAN_KANA if changed else MARKER
