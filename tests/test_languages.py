@@ -219,6 +219,25 @@ def test_hf_tokenizers_give_our_ids_in_both_modes(mixed, tmp_path):
     assert hf_tokenizer.read_settings(tmp_path) == {"keep_accents": keep, "uncased": False}
 
 
+def test_hf_tokenizers_give_our_ids_on_an_uncased_corpus(tmp_path):
+    from transformers import AutoTokenizer, XLNetTokenizer
+
+    text = multilingual.text_file("uncased", ("ko", "latin", "en"), 60)
+    corpus = f"{test_data_common.scratch('uncased')}/corpus"
+    prepare_corpus([text], corpus, vocab_size=120, num_workers=1, uncased=True)
+    manifest = load_manifest(corpus)
+    shutil.copy(manifest.tokenizer_path, tmp_path / "spiece.model")
+    hf_tokenizer.write_tokenizer_files(
+        tmp_path, manifest.tokenizer_path, keep_accents=False, uncased=True
+    )
+    sp = tokenizer.load_processor(manifest.tokenizer_path)
+    lines = [line.upper() for line in open(text, encoding="utf-8").read().split("\n") if line]
+    ours = [sp.encode(normalize(line, uncased=True)) for line in lines]
+    for loader in (AutoTokenizer, XLNetTokenizer):
+        theirs = loader.from_pretrained(tmp_path)(lines, add_special_tokens=False)["input_ids"]
+        assert theirs == ours, loader.__name__
+
+
 def test_a_source_normalised_otherwise_is_refused_in_one_line(mixed, tmp_path):
     keep, corpus, _ = mixed
     manifest = load_manifest(corpus)

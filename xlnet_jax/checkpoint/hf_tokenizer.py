@@ -33,7 +33,9 @@ JSON_FILE = "tokenizer.json"
 _HANGUL = ("\uac00", "\ud7a3")  # the precomposed syllables
 
 
-def write_tokenizer_files(out: epath.Path, spm_path: str, *, keep_accents: bool, uncased: bool):
+def write_tokenizer_files(
+    out: epath.Path, spm_path: str, *, keep_accents: bool, uncased: bool
+) -> str:
     """Writes tokenizer_config.json and, with `tokenizers` installed, tokenizer.json to out.
 
     Returns:

@@ -2,8 +2,9 @@
 
 Training stores the fingerprint with its checkpoints and refuses to resume on a corpus
 whose fingerprint differs: another tokenizer, other input content, other normalisation,
-another split, another word-start rule. File paths, timings and empty inputs are recorded but not fingerprinted,
-so a moved input with the same bytes is the same corpus, and so is one beside an empty file.
+another split, another word-start rule. File paths, timings and empty inputs are recorded
+but not fingerprinted, so a moved input with the same bytes is the same corpus, and so is
+one beside an empty file.
 """
 
 import dataclasses

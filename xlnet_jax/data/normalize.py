@@ -43,6 +43,7 @@ def combining_marks() -> str:
 
 @functools.cache
 def _combining_marks() -> re.Pattern:
+    """combining_marks() as a regex character class."""
     return re.compile(f"[{re.escape(combining_marks())}]")
 
 
