@@ -40,7 +40,8 @@ def _attend_fwd(spec, interpret, *args):
 
 
 def _inputs(qw, seg_same, seg_other, row, start, k, v, key, qr, k_r, words) -> Inputs:
-    return Inputs(qw, seg_same, seg_other, row, start, k, v, key, _positional_scores(qr, k_r), words)
+    bd = _positional_scores(qr, k_r)
+    return Inputs(qw, seg_same, seg_other, row, start, k, v, key, bd, words)
 
 
 def _attend_bwd(spec, interpret, residuals, d_out):
