@@ -25,7 +25,11 @@ MIN_WIDTH = 16
 
 
 def _positional_scores(qr: jax.Array, k_r: jax.Array) -> jax.Array:
-    """BD [B, N, Qp, W] = (q + r_r) . k_r^T in qr's dtype (qr [B, N, Qp, H], k_r [1|B, N, W, H])."""
+    """BD [B, N, Qp, W] = (q + r_r) . k_r^T in qr's dtype (qr [B, N, Qp, H], k_r [1|B, N, W, H]).
+
+    A k_r shared by the rows is broadcast first: batched over (B, N), the product is written
+    in BD's layout, not as [N, W, B, Qp] and then transposed."""
+    k_r = jnp.broadcast_to(k_r, (qr.shape[0], *k_r.shape[1:]))
     return jnp.einsum("bnqh,bnrh->bnqr", qr, k_r, preferred_element_type=qr.dtype)
 
 

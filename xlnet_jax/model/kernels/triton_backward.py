@@ -132,8 +132,12 @@ def backward(spec: tt.GpuSpec, x: fwd.Inputs, do, lse, delta, *, interpret: bool
         functools.partial(_rows_kernel, spec),
         grid=(rows // bq, batch, heads),
         in_specs=[*row_specs, *tail, fwd.row_block(bq, bd_width)],
-        out_specs=[fwd.row_block(bq, width), fwd.row_block(bq), fwd.row_block(bq),
-                   fwd.row_block(bq, bd_width)],  # fmt: skip
+        out_specs=[
+            fwd.row_block(bq, width),
+            fwd.row_block(bq),
+            fwd.row_block(bq),
+            fwd.row_block(bq, bd_width),
+        ],  # fmt: skip
         out_shape=rows_out,
         input_output_aliases={13: 3},  # dBD starts as zeros: entries outside every window stay 0
         compiler_params=fwd.compiler_params(spec),
