@@ -328,11 +328,12 @@ def test_attention_impl_is_validated_up_front(overrides, message):
     validate_config(config)
 
 
-def test_pallas_on_a_gpu_mesh_is_refused_up_front():
-    """No GPU backend exists: the kernel would run interpreted there, so build_program refuses."""
+def test_pallas_on_a_mesh_without_a_kernel_backend_is_refused_up_front():
+    """TPU and NVIDIA GPUs have a backend; elsewhere (here Apple's Metal plugin) the kernel
+    would run interpreted, so build_program refuses."""
     config = default_config()
     config.update(attention_impl="pallas", dropatt=0.0)
-    gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
-    fake_mesh = types.SimpleNamespace(devices=np.array([gpu], dtype=object))
-    with pytest.raises(ConfigError, match="attention_impl='pallas'.*interpreted on gpu"):
+    metal = types.SimpleNamespace(platform="METAL", device_kind="Apple M2")
+    fake_mesh = types.SimpleNamespace(devices=np.array([metal], dtype=object))
+    with pytest.raises(ConfigError, match="attention_impl='pallas'.*interpreted on METAL"):
         build_program(config, fake_mesh)
