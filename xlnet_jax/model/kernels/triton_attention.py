@@ -18,8 +18,11 @@ from xlnet_jax.model.kernels import triton_tiles as tt
 from xlnet_jax.model.kernels.triton_backward import backward
 from xlnet_jax.model.kernels.triton_forward import Inputs, forward
 
-# Rows and keys per tile on the GPU (a power of two, as Triton needs); untuned.
+# Rows and keys per tile on the GPU (a power of two, as Triton needs), and Triton's warps
+# and pipeline stages per program: untuned (no GPU has run the kernel yet).
 GPU_BLOCK = 64
+GPU_WARPS = 4
+GPU_STAGES = 2
 # Smallest head width: Triton's dot needs at least 16 along every dimension.
 MIN_WIDTH = 16
 
@@ -132,7 +135,7 @@ def relative_attention(
     start = seg_len - _pad(positions.astype(jnp.int32), 1, rows_p)
     # k_r rows padded so that every window, padding keys included, lies inside BD.
     k_r = _heads_first(k_r, seg_len + keys_p, width)
-    spec = tt.GpuSpec(b, b, d_head**-0.5, num_keys, rate)
+    spec = tt.GpuSpec(b, b, d_head**-0.5, num_keys, rate, GPU_WARPS, GPU_STAGES)
     out = _attend(
         spec,
         interpret,

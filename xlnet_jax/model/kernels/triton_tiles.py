@@ -34,8 +34,8 @@ class GpuSpec:
     scale: float
     num_keys: int
     rate: float
-    num_warps: int = 4
-    num_stages: int = 2
+    num_warps: int
+    num_stages: int
 
 
 def row_fields(row_ref, first, size: int) -> list[jax.Array]:
