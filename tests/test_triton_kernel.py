@@ -18,7 +18,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import pytest
-from jax._src.mesh import AbstractDevice
 
 from tests import test_attention_kernel as base
 from tests.helpers import small_config
@@ -114,7 +113,7 @@ def test_triton_kernel_matches_xla(case, dropatt, triton_interpreted, monkeypatc
 LOWERED = dict(seq_len=24, reuse_len=12, mem_len=20, perm_size=12, num_predict=5, d_model=40,
                n_head=2, d_head=8, d_inner=56, batch_size=4, dtype="bfloat16")  # fmt: skip
 ROW_DIMS, KEY_DIMS = {24, 5, 32}, {44, 68, 64, 88}
-GPU = AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=None, platform="gpu")
+GPU = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=None, platform="gpu")
 
 
 def score_sized(module_text: str) -> set[tuple[tuple[int, ...], str]]:
