@@ -21,10 +21,11 @@ import pytest
 
 from tests import test_attention_kernel as base
 from tests.helpers import small_config
-from xlnet_jax.model import attention
+from xlnet_jax.model import attention, xlnet
 from xlnet_jax.model.kernels import backends, dropout, triton_attention
+from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.xlnet import uses_kernel
-from xlnet_jax.training import optim, sharding, steps
+from xlnet_jax.training import sharding
 from xlnet_jax.training.program import build_program
 
 DROPATT = 0.1
@@ -113,7 +114,9 @@ def test_triton_kernel_matches_xla(case, dropatt, triton_interpreted, monkeypatc
 LOWERED = dict(seq_len=24, reuse_len=12, mem_len=20, perm_size=12, num_predict=5, d_model=40,
                n_head=2, d_head=8, d_inner=56, batch_size=4, dtype="bfloat16")  # fmt: skip
 ROW_DIMS, KEY_DIMS = {24, 5, 32}, {44, 68, 64, 88}
-GPU = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=None, platform="gpu")
+GPU = jax.sharding.AbstractDevice(
+    device_kind="NVIDIA H100 80GB HBM3", num_cores=None, platform="gpu"
+)
 
 
 def score_sized(module_text: str) -> set[tuple[tuple[int, ...], str]]:
@@ -126,31 +129,19 @@ def score_sized(module_text: str) -> set[tuple[tuple[int, ...], str]]:
     return found
 
 
-def export_train_step_for_cuda(impl: str) -> str:
-    """The MLIR text of the train step exported for CUDA, traced for an (abstract) H100."""
+def export_train_step_for_cuda(impl: str, monkeypatch) -> str:
+    """The MLIR text of the train step exported for CUDA, traced for an H100: the chip the
+    step is traced for (kernels.mesh.target_device) says GPU, as it does on a GPU mesh."""
+    monkeypatch.setattr(kernel_mesh, "target_device", lambda: GPU)
+    monkeypatch.setattr(xlnet, "target_device", lambda: GPU)
     config = small_config(attention_impl=impl, **LOWERED)
     program = build_program(config, sharding.make_mesh(config, jax.devices()[:1]))
-    step = jax.jit(
-        functools.partial(
-            steps.train_step,
-            model=program.model,
-            tx=program.tx,
-            schedule=optim.learning_rate_schedule(config),
-            config=config,
-        )
-    )
-
-    def unplaced(tree):
-        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
-
+    assert uses_kernel(program.model.config) == (impl == "auto")
     triton_call = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
-    with jax.sharding.use_abstract_mesh(
-        jax.sharding.AbstractMesh((1,), ("data",), abstract_device=GPU)
-    ):
-        assert uses_kernel(program.model.config) == (impl == "auto")
-        exported = jax.export.export(step, platforms=["cuda"], disabled_checks=[triton_call])(
-            unplaced(program.abstract_state), unplaced(program.abstract_batch)
-        )
+    with program.activate():
+        exported = jax.export.export(
+            program.train_step, platforms=["cuda"], disabled_checks=[triton_call]
+        )(program.abstract_state, program.abstract_batch)
     return exported.mlir_module()
 
 
@@ -159,15 +150,15 @@ def test_train_step_exported_for_cuda_runs_the_triton_kernel(monkeypatch):
     of each stream, in the scanned layer), no float32 score-sized array; BD (bf16, one per
     stream, [B, N, rows padded, L + keys padded]) is the only score-sized array."""
     monkeypatch.setattr(triton_attention, "GPU_BLOCK", 32)
-    text = export_train_step_for_cuda("auto")
+    text = export_train_step_for_cuda("auto", monkeypatch)
     assert text.count("__gpu$xla.gpu.triton") >= 6
     for name in ("fwd", "bwd_rows", "bwd_keys"):
         assert f"xlnet_relative_attention_triton_{name}" in text
     assert score_sized(text) == {((4, 2, 32, 88), "bf16")}
 
 
-def test_the_score_check_finds_the_xla_path_scores():
+def test_the_score_check_finds_the_xla_path_scores(monkeypatch):
     """The same export on the XLA path holds float32 [B, N, L, K] scores: the check sees them."""
-    text = export_train_step_for_cuda("xla")
+    text = export_train_step_for_cuda("xla", monkeypatch)
     assert "__gpu$xla.gpu.triton" not in text
     assert ((4, 2, 24, 44), "f32") in score_sized(text)
