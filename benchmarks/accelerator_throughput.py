@@ -15,6 +15,8 @@ peak (`flops.known_peak_tflops`) and, beside it, against a matmul measured in th
   python benchmarks/accelerator_throughput.py                       # base,large; batch 16; bf16
   python benchmarks/accelerator_throughput.py --search              # and the largest batch
   python benchmarks/accelerator_throughput.py --breakdown           # device time by category
+  python benchmarks/accelerator_throughput.py --kernel --dropatt 0.1  # and our fused kernel
+  python benchmarks/accelerator_throughput.py --kernel --hf none --triton_tiles 128,8,3
   JAX_PLATFORMS=cpu python benchmarks/accelerator_throughput.py --shapes toy --batch 4 \\
       --iters 1 --hf eager --dtype float32                         # the CPU smoke test
 """
@@ -45,7 +47,7 @@ OURS = ("ours", "kernel")  # our step with attention_impl xla / pallas
 # Device-time categories of a profile trace, matched in order against op/kernel names.
 CATEGORIES = (
     ("collectives", r"all-reduce|all-gather|reduce-scatter|all-to-all|nccl|collective"),
-    ("attention kernel", r"pallas|relative_attention|flash|fmha|cudnn"),
+    ("attention kernel", r"pallas|relative_attention|triton|flash|fmha|cudnn"),
     ("matmul", r"gemm|cublas|cutlass|nvjet|xmma|dot|convolution|matmul"),
     ("copies", r"copy|memcpy|memset|transpose|concatenate|dynamic-update-slice|slice|pad"),
     ("reductions", r"reduce"),
@@ -66,7 +68,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--kernel",
         action="store_true",
-        help="also our step with attention_impl=pallas (TPU; interpreted, slowly, on a CPU)",
+        help="also our step with attention_impl=pallas (TPU: Mosaic, NVIDIA GPU: Triton; "
+        "interpreted, slowly, on a CPU)",
+    )
+    parser.add_argument(
+        "--dropatt",
+        type=float,
+        default=0.0,
+        help="attention dropout of our steps (HF has one dropout, config.dropout: 0 here)",
+    )
+    parser.add_argument(
+        "--triton_tiles",
+        default="64,4,2",
+        help="the GPU kernel's block (rows = keys per tile, a power of two), warps, stages",
     )
     parser.add_argument("--child", choices=sorted(FRAMEWORKS), help=argparse.SUPPRESS)
     parser.add_argument("--shape", help=argparse.SUPPRESS)
@@ -77,7 +91,7 @@ def shape_config(args: argparse.Namespace, name: str, batch: int):
     """The harness shape at this batch and compute dtype."""
     from harness import shape_config as harness_shape
 
-    return harness_shape(name, batch_size=batch, dtype=args.dtype)
+    return harness_shape(name, batch_size=batch, dtype=args.dtype, dropatt=args.dropatt)
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -145,6 +159,7 @@ def child_main(args: argparse.Namespace) -> None:
     try:
         if args.child in OURS:
             config.attention_impl = "pallas" if args.child == "kernel" else "xla"
+            use_triton_tiles(args.triton_tiles)
             result = run_ours(args, config)
         else:
             result = run_hf(args, config, compiled=args.child == "compile")
@@ -153,6 +168,16 @@ def child_main(args: argparse.Namespace) -> None:
             raise
         result = dict(oom=True)
     print(RESULT + json.dumps(result), flush=True)
+
+
+def use_triton_tiles(tiles: str) -> None:
+    """Sets the GPU kernel's tile from --triton_tiles (block, warps, stages)."""
+    from xlnet_jax.model.kernels import triton_attention
+
+    block, warps, stages = (int(x) for x in tiles.split(","))
+    triton_attention.GPU_BLOCK = block
+    triton_attention.GPU_WARPS = warps
+    triton_attention.GPU_STAGES = stages
 
 
 def run_child(args: argparse.Namespace, framework: str, shape: str, batch: int) -> dict:

@@ -3,7 +3,7 @@
 The gradient of every target's logits w.r.t. each position's input (word) embedding is taken
 by adding an offset to the embedding output with `nn.intercept_methods`, so the model needs
 no test hook. Both attention paths: XLA with the dense mask, the Pallas kernel (interpret
-mode) with the same mask as O(B·L) vectors.
+mode; the Mosaic and the Triton kernel) with the same mask as O(B·L) vectors.
 """
 
 import flax.linen as nn
@@ -14,6 +14,7 @@ import pytest
 
 from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.model.kernels import backends, triton_attention
 from xlnet_jax.model.kernels.masks import UNORDERED, PermOrder
 from xlnet_jax.model.xlnet import TiedEmbedding, XLNetLM
 
@@ -29,8 +30,12 @@ def _order(rng: np.random.Generator):
     return rank, target_pos
 
 
-@pytest.mark.parametrize("attention_impl", ["xla", "pallas"])
-def test_targets_see_neither_themselves_nor_later_targets(attention_impl):
+@pytest.mark.parametrize("attention_impl", ["xla", "pallas", "pallas_triton"])
+def test_targets_see_neither_themselves_nor_later_targets(attention_impl, monkeypatch):
+    if attention_impl == "pallas_triton":  # the GPU kernel, interpreted on tiles of 8
+        monkeypatch.setattr(backends, "INTERPRETED", "triton")
+        monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
+        attention_impl = "pallas"
     config = ModelConfig(
         vocab_size=32,
         d_model=16,

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.model.kernels import dropout
 from xlnet_jax.model.kernels.mesh import sharded_relative_attention
 from xlnet_jax.model.position import scores_by_key
 
@@ -92,7 +93,7 @@ class TwoStreamRelativeAttention(nn.Module):
     O(P * K), never O(L * K).
 
     Rows given as KernelRows run through the Pallas kernel (kernels.relative_attention)
-    instead, which computes the same scores tile by tile without dropatt.
+    instead, which computes the same scores tile by tile (dropatt in-kernel on the GPU).
 
     Attributes:
       config: the model config.
@@ -165,8 +166,14 @@ class TwoStreamRelativeAttention(nn.Module):
             q = nn.with_logical_constraint(q, ("batch", rows_axis, "heads", "kv"))
             if isinstance(rows, KernelRows):
                 biases = (r_w_bias, r_r_bias, r_s_bias)
+                rate = 0.0 if self.deterministic else cfg.dropatt
+                batch = q.shape[0]
+                if rate:
+                    words = dropout.row_head_words(self.make_rng("dropout"), batch, cfg.n_head)
+                else:
+                    words = jnp.zeros((batch, cfg.n_head), jnp.uint32)
                 out = sharded_relative_attention(
-                    q, k, v, k_r, biases, seg_embed, rows.row, rows.key, rows.positions
+                    q, k, v, k_r, biases, seg_embed, rows.row, rows.key, rows.positions, words, rate
                 )
                 return finish(out, x)
             f32 = jnp.float32

@@ -63,9 +63,11 @@ def validate_model_config(cfg: ModelConfig) -> None:
 
 def uses_kernel(cfg: ModelConfig) -> bool:
     """Whether attention runs through the Pallas kernel: "pallas", or "auto" when the step is
-    traced for a TPU, without dropatt (the kernel has none; elsewhere it runs interpreted)."""
+    traced for a GPU (Triton kernel) or for a TPU without dropatt (the Mosaic kernel has none);
+    on a CPU the kernel would run interpreted, so "auto" keeps the XLA path there."""
     if cfg.attention_impl == "auto":
-        return target_device().platform == "tpu" and cfg.dropatt == 0
+        platform = target_device().platform
+        return platform == "gpu" or (platform == "tpu" and cfg.dropatt == 0)
     return cfg.attention_impl == "pallas"
 
 

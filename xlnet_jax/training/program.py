@@ -124,11 +124,11 @@ def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:
     """
     model = XLNetLM(ModelConfig.from_config(config))
     platform = mesh.devices.flat[0].platform
-    if config.attention_impl == "pallas" and platform not in ("tpu", "cpu"):
+    if config.attention_impl == "pallas" and platform not in ("tpu", "gpu", "cpu"):
         raise ConfigError(
-            f"config.attention_impl='pallas': the attention kernel has a TPU (Mosaic) backend "
-            f"only, and would run interpreted on {platform}; set --config.attention_impl=xla "
-            "(or auto)."
+            f"config.attention_impl='pallas': the attention kernel has TPU (Mosaic) and NVIDIA "
+            f"GPU (Triton) backends only, and would run interpreted on {platform}; set "
+            "--config.attention_impl=xla (or auto)."
         )
     tx = optim.make_optimizer(config)
     schedule = optim.learning_rate_schedule(config)

@@ -44,6 +44,15 @@ class PermOrder(NamedTuple):
         return (row_block < key_block) | ((row_block == key_block) & later)
 
 
+def blocked(self_rank, row_block, row_position, key_rank, key_block, key_position) -> jax.Array:
+    """bool: query rows (fields broadcast as columns) may not attend keys (fields as rows).
+
+    The one definition of a tile's mask, for both kernel backends (see the module doc)."""
+    later = self_rank <= key_rank
+    hidden = (row_block < key_block) | ((row_block == key_block) & later)
+    return hidden & (row_position != key_position)
+
+
 def row_info(order: PermOrder, seg_ids: jax.Array, positions: jax.Array, sees_self: bool):
     """int32 [B, Q, ROW_FIELDS]: what the kernel needs of the query rows at `positions` [B, Q]."""
 

@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 from jax.sharding import PartitionSpec as P
 
-from xlnet_jax.model.kernels.relative_attention import relative_attention
+from xlnet_jax.model.kernels.backends import relative_attention
 
 # TPU generations whose Mosaic has no strided lane rotation (tiles.TileSpec.strided_roll).
 NO_STRIDED_ROLL = ("TPU v2", "TPU v3", "TPU v4")
@@ -28,13 +28,14 @@ def target_device():
     return jax.sharding.get_abstract_mesh().abstract_device or jax.devices()[0]
 
 
-def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positions):
-    """relative_attention (same arguments), mapped over the active mesh's batch and head axes."""
+def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positions, words, rate):
+    """backends.relative_attention (same arguments), mapped over the active mesh's batch and
+    head axes."""
     mesh = jax.sharding.get_abstract_mesh()
     strided_roll = not target_device().device_kind.startswith(NO_STRIDED_ROLL)
-    attend = functools.partial(relative_attention, strided_roll=strided_roll)
+    attend = functools.partial(relative_attention, rate=rate, strided_roll=strided_roll)
     if mesh.empty or mesh.size == 1:
-        return attend(q, k, v, k_r, biases, seg_embed, row, key, positions)
+        return attend(q, k, v, k_r, biases, seg_embed, row, key, positions, words)
     batch, heads = nn.logical_to_mesh_axes(("batch", "heads"))
     per_head = P(batch, None, heads, None)
     specs = (
@@ -46,10 +47,14 @@ def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positi
         P(None, heads, None),
         P(batch, None, None),
         P(batch, None, None),
+        P(batch, heads),
     )
-    args = (q, k, v, k_r, biases, seg_embed, row, key)
+    args = (q, k, v, k_r, biases, seg_embed, row, key, words)
     if positions is not None:
         specs, args = (*specs, P(batch, None)), (*args, positions)
-    fn = attend if positions is not None else functools.partial(attend, positions=None)
+
+    def fn(q, k, v, k_r, biases, seg_embed, row, key, words, positions=None):
+        return attend(q, k, v, k_r, biases, seg_embed, row, key, positions, words)
+
     # check_vma=False: pallas_call's outputs carry no varying-axes annotation.
     return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=per_head, check_vma=False)(*args)

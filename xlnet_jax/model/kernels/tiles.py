@@ -129,10 +129,10 @@ def scores(spec: TileSpec, jb, qw, pos, seg, row, k, key):
     other = row_field(masks.ROW_SEGMENT) != key_field(masks.KEY_SEGMENT)
     seg_term = jnp.where(other, seg[:, 1:2], seg[:, 0:1])
     s = (dot_t(qw, k) + pos + seg_term) * spec.scale
-    row_block, key_block = row_field(masks.ROW_BLOCK), key_field(masks.KEY_BLOCK)
-    later = row_field(masks.SELF_RANK) <= key_field(masks.KEY_RANK)
-    blocked = (row_block < key_block) | ((row_block == key_block) & later)
-    blocked &= row_field(masks.ROW_POSITION) != key_field(masks.KEY_POSITION)
+    blocked = masks.blocked(
+        *(row_field(f) for f in (masks.SELF_RANK, masks.ROW_BLOCK, masks.ROW_POSITION)),
+        *(key_field(f) for f in (masks.KEY_RANK, masks.KEY_BLOCK, masks.KEY_POSITION)),
+    )
     column = jb * spec.block + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
     padding = column >= spec.num_keys
     s = jnp.where(blocked, BLOCKED, s)

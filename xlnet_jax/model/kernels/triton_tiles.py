@@ -1,0 +1,99 @@
+"""One [block_q, block_k] score tile on the Triton backend, shared by its forward and backward.
+
+Design A: the positional scores BD = (q + r_r) . k_r^T come from one batched matmul outside
+the kernel, [B, N, Qp, W] with W = L + Kp. A row at segment position t meets key j at
+distance index L - t + j, so a tile's positional scores are one skewed load
+`bd[rows, start[rows] + cols]` with start = L - t per row (a pointer tensor on Triton: no
+roll, no gather in registers). The content stream has t = row; the query stream passes its
+target positions. Masks come from `masks.blocked`, as on the TPU; dropout from `dropout.keep`.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from xlnet_jax.model.kernels import dropout, masks, tiles
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSpec:
+    """Static facts of one Triton kernel call.
+
+    Attributes:
+      block_q, block_k: rows and keys per tile (powers of two, as Triton needs).
+      scale: 1 / sqrt(d_head).
+      num_keys: K, real keys (the rest of the last key block is padding, never attended).
+      rate: attention dropout probability (0: none).
+      num_warps, num_stages: Triton's launch parameters.
+    """
+
+    block_q: int
+    block_k: int
+    scale: float
+    num_keys: int
+    rate: float
+    num_warps: int
+    num_stages: int
+
+
+def row_fields(row_ref, first, size: int) -> list[jax.Array]:
+    """The ROW_FIELDS int32 [size] columns of a [rows, ROW_FIELDS] info ref, from row first."""
+    return [row_ref[pl.ds(first, size), f] for f in range(masks.ROW_FIELDS)]
+
+
+def key_fields(key_ref, first, size: int) -> list[jax.Array]:
+    """The KEY_FIELDS int32 [size] rows of a [KEY_FIELDS, keys] info ref, from key first."""
+    return [key_ref[f, pl.ds(first, size)] for f in range(masks.KEY_FIELDS)]
+
+
+def positional(spec: GpuSpec, bd_ref, first_row, start: jax.Array, jb) -> jax.Array:
+    """float32 [bq, bk]: bd[r, start[r] + j] for the tile's rows r (from first_row) and keys j."""
+    rows = first_row + jnp.arange(spec.block_q)
+    cols = start[:, None] + jb * spec.block_k + jnp.arange(spec.block_k)[None, :]
+    return bd_ref[rows[:, None], cols].astype(jnp.float32)
+
+
+def skewed_store(spec: GpuSpec, dbd_ref, first_row, start: jax.Array, jb, tile: jax.Array):
+    """The transpose of `positional`: tile [bq, bk] written to dbd[r, start[r] + j]."""
+    rows = first_row + jnp.arange(spec.block_q)
+    cols = start[:, None] + jb * spec.block_k + jnp.arange(spec.block_k)[None, :]
+    dbd_ref[rows[:, None], cols] = tile.astype(dbd_ref.dtype)
+
+
+def scores(spec: GpuSpec, jb, qw, k, pos, seg_same, seg_other, rows, keys):
+    """Scaled, masked scores of one tile.
+
+    Args:
+      spec: the static GpuSpec.
+      jb: key block index.
+      qw: [bq, H] q + r_w of the rows; k: [bk, H] keys.
+      pos: float32 [bq, bk] positional scores (from `positional`).
+      seg_same, seg_other: float32 [bq] segment scores of the rows.
+      rows: the ROW_FIELDS int32 [bq] columns of the row info; keys: the KEY_FIELDS [bk] rows
+        of the key info.
+
+    Returns:
+      (scores float32 [bq, bk], dead bool: blocked or padding, other bool: another segment),
+      as `tiles.scores` on the TPU.
+    """
+    row = [x[:, None] for x in rows]
+    key = [x[None, :] for x in keys]
+    other = row[masks.ROW_SEGMENT] != key[masks.KEY_SEGMENT]
+    seg = jnp.where(other, seg_other[:, None], seg_same[:, None])
+    s = (tiles.dot_t(qw, k) + pos + seg) * spec.scale
+    blocked = masks.blocked(
+        *(row[f] for f in (masks.SELF_RANK, masks.ROW_BLOCK, masks.ROW_POSITION)),
+        *(key[f] for f in (masks.KEY_RANK, masks.KEY_BLOCK, masks.KEY_POSITION)),
+    )
+    padding = (jb * spec.block_k + jnp.arange(spec.block_k))[None, :] >= spec.num_keys
+    s = jnp.where(blocked, tiles.BLOCKED, s)
+    return jnp.where(padding, -jnp.inf, s), blocked | padding, other
+
+
+def kept(spec: GpuSpec, words, first_row, jb) -> jax.Array:
+    """bool [bq, bk]: the tile's dropout mask (row index among the stream's rows, key index)."""
+    q = first_row + jnp.arange(spec.block_q)
+    k = jb * spec.block_k + jnp.arange(spec.block_k)
+    return dropout.keep(words, q[:, None], k[None, :], spec.rate)
