@@ -322,9 +322,9 @@ def _define_compile(fv: flags.FlagValues) -> None:
 
 def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
-    from xlnet_jax.training import compile as aot
+    from xlnet_jax.training import fit
 
-    return aot.compile_for_topology(_config(fv), _require(fv, "topology"), save=fv.save)
+    return fit.compile_for_topology(_config(fv), _require(fv, "topology"), save=fv.save)
 
 
 COMMANDS = {
