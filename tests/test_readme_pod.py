@@ -5,8 +5,11 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from xlnet_jax.launch import pod
 
+pytestmark = pytest.mark.usefixtures("committed_tree")
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
