@@ -223,10 +223,16 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.training import evaluate
 
     result = evaluate.evaluate_workdir(config, workdir)
+    spread = (
+        f" ± {result['loss_stderr']:.4f} (standard error over {fv.config.eval_steps} batches)"
+        if "loss_stderr" in result
+        else " (one batch: no standard error; raise --config.eval_steps for one)"
+    )
     print(
-        f"step {result['step']}: held-out PLM loss {result['loss']:.4f} nats, target "
-        f"accuracy {result['accuracy']:.4f}; the corpus unigram entropy is "
-        f"{result['unigram_entropy']:.4f} nats"
+        f"step {result['step']}: held-out PLM loss {result['loss']:.4f} nats{spread}, target "
+        f"accuracy {result['accuracy']:.4f}, over {result['rows']:,} rows, "
+        f"{result['tokens']:,} validation tokens and {result['targets']:,} targets; the corpus "
+        f"unigram entropy is {result['unigram_entropy']:.4f} nats"
     )
     return 0
 
