@@ -88,12 +88,14 @@ def test_cli_rejects_unknown_field_and_bad_value_in_one_line(tmp_path):
         )
 
     unknown = run("--config.learning_rat=1e-3")
+    # One form for every error, `xlnet-jax COMMAND: error: ...`: 2 for the command line, 1 else.
     assert unknown.returncode == 2
-    assert "unknown config field 'learning_rat'" in unknown.stderr
+    assert unknown.stderr.startswith("xlnet-jax train: error: unknown config field 'learning_rat'")
     assert "Traceback" not in unknown.stderr
 
     negative = run("--config.learning_rate=-1.0", "--config.corpus_dir=/nonexistent")
     assert negative.returncode == 1
+    assert negative.stderr.startswith("xlnet-jax train: error: ")
     assert "config.learning_rate: must be a finite number > 0" in negative.stderr
     assert "Traceback" not in negative.stderr
     assert not (tmp_path / "checkpoints").exists()

@@ -1,9 +1,10 @@
 """The `xlnet-jax` command: prepare, train, eval, compile, launch, import-hf, export-hf.
 
-Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Known errors (the
-`XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint) print one
-line and exit 1; no traceback. A wrong command line prints one line and exits 2. Ctrl-C
-prints one line and exits 130 (train saves first; see train.py).
+Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Every error is one
+line, `xlnet-jax COMMAND: error: ...`, with no traceback. Exit codes: 0 done; 1 a known
+error (the `XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint);
+2 a wrong command line (unknown command, flag or config field; a missing flag); 3 `compile`:
+the step does not fit the topology's memory; 130 Ctrl-C (train saves first; see train.py).
 """
 
 import dataclasses
@@ -457,8 +458,8 @@ def main(argv: list[str]) -> int:
 
         return pod.main(rest)
     if name not in COMMANDS:
-        print(f"xlnet-jax: unknown command {name!r}", file=sys.stderr)
         _print_usage()
+        print(f"xlnet-jax: error: unknown command {name!r}", file=sys.stderr)
         return 2
     command = COMMANDS[name]
     _select_platform(name)
@@ -476,7 +477,7 @@ def main(argv: list[str]) -> int:
         args = _parse(fv, name, rest)
         return command.main(fv, args)
     except (flags.Error, UsageError) as e:
-        print(f"xlnet-jax {name}: {e}", file=sys.stderr)
+        print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
         return 2
     except XLNetJaxError as e:  # its message is the whole story
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
