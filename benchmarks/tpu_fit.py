@@ -8,8 +8,8 @@ that fits, with and without remat, on a small slice of the same chip (pure data
 parallelism: per-device memory does not depend on the number of devices), with the search
 `xlnet-jax compile` runs when a step does not fit (xlnet_jax/training/fit.py).
 
-  .venv/bin/python benchmarks/tpu_fit.py --jobs 2   # the README table (slow: minutes per row)
-  .venv/bin/python benchmarks/tpu_fit.py --quick    # tiny config, small slices (CI-sized)
+  python benchmarks/tpu_fit.py --jobs 2   # the README table (slow: minutes per row)
+  python benchmarks/tpu_fit.py --quick    # tiny config, small slices (CI-sized)
 """
 
 import argparse
