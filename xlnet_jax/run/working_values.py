@@ -13,12 +13,17 @@ from collections.abc import Callable
 from xlnet_jax.objective.plm import NUM_FUNCTIONAL, PLMConfig, validate_plm_config
 
 PLM_FIELDS = ("seq_len", "reuse_len", "perm_size", "num_predict")
+# Values scanned on each side of the current one: the advice stays instant for any input.
+MAX_SCAN = 2048
+INT32_MAX = 2**31 - 1
 
 
 def nearest(ok: Callable[[int], bool], current: int, low: int, high: int) -> list[int]:
     """The working value nearest below `current` and the one nearest above, within [low, high]."""
-    below = next((v for v in range(current - 1, low - 1, -1) if ok(v)), None)
-    above = next((v for v in range(current + 1, high + 1) if ok(v)), None)
+    anchor = min(max(current, low), high)  # a current value out of range scans from its edge
+    below = range(min(current - 1, high), max(low, anchor - MAX_SCAN) - 1, -1)
+    above = range(max(current + 1, low), min(high, anchor + MAX_SCAN) + 1)
+    below, above = (next((v for v in scan if ok(v)), None) for scan in (below, above))
     return [v for v in (below, above) if v is not None]
 
 
@@ -35,7 +40,7 @@ def _one_field(cfg: PLMConfig, field: str) -> list[int]:
     def ok(value: int) -> bool:
         return plm_works(dataclasses.replace(cfg, **{field: value}))
 
-    high = 4 * cfg.seq_len if field == "seq_len" else cfg.seq_len
+    high = min(4 * cfg.seq_len, INT32_MAX) if field == "seq_len" else cfg.seq_len
     return nearest(ok, getattr(cfg, field), NUM_FUNCTIONAL + 1 if field == "seq_len" else 0, high)
 
 
@@ -54,6 +59,8 @@ def _block_pair(cfg: PLMConfig) -> tuple[int, int] | None:
             math.log(perm / max(cfg.perm_size, 1))
         )
 
+    if not NUM_FUNCTIONAL < cfg.seq_len <= MAX_SCAN:
+        return None
     pairs = [
         (reuse, perm)
         for reuse in range(cfg.seq_len - NUM_FUNCTIONAL)
