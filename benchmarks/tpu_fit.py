@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 
+from xlnet_jax.training import compile as aot
 from xlnet_jax.training import fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,10 +126,11 @@ def main() -> None:
         "--config.batch_size=N --config.remat=R`):"
     )
     for remat in (True, False):
-        best, _ = fit.largest_fitting_batch(
-            config, topology, remat=remat, limit_rows=4 if args.quick else 64,
-            on_try=lambda t: print(t.describe(), flush=True),
-        )  # fmt: skip
+        with aot.libtpu_log_held():
+            best, _ = fit.largest_fitting_batch(
+                config, topology, remat=remat, limit_rows=4 if args.quick else 64,
+                on_try=lambda t: print(t.describe(), flush=True),
+            )  # fmt: skip
         print(f"  remat={remat}: {best.rows if best else 0} rows per device", flush=True)
 
 
