@@ -88,7 +88,7 @@ def test_a_step_that_does_not_fit_is_followed_by_the_largest_batch_that_does(mon
             r"\((\d+) rows per device, remat=True\): ([\d.]+) GiB, (fits|does not fit)", out
         )
     }
-    best = re.search(r"fits: --config.batch_size=(\d+) \((\d+) rows x 64", out)
+    best = re.search(r"largest that fits: --config.batch_size=(\d+) \((\d+) rows x 64", out)
     assert best, out
     batch_size, rows = int(best.group(1)), int(best.group(2))
     assert batch_size == 4 * rows and tries[rows][1]

@@ -131,14 +131,16 @@ def _verdict(config, report: aot.CompileReport, best: Try | None) -> str:
         )
     tokens = best.rows * config.seq_len
     line = (
-        f"fits: --config.batch_size={best.batch_size} ({best.rows} rows x {config.seq_len} = "
+        f"largest that fits: --config.batch_size={best.batch_size} ({best.rows} rows x "
+        f"{config.seq_len} = "
         f"{tokens:,} tokens per device, {best.peak_bytes / aot.GIB:.2f} GiB)"
     )
     if config.batch_size % best.batch_size == 0:
         accum = config.grad_accum_steps * config.batch_size // best.batch_size
         line += (
             f"; to keep batch_size {config.batch_size}, pass --config.grad_accum_steps={accum} "
-            "instead (the same rows per micro-batch; not compiled)"
+            "instead (the same rows per micro-batch; not compiled: accumulating adds a "
+            "params-sized gradient buffer)"
         )
     return line
 
