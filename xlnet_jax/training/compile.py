@@ -218,7 +218,7 @@ def libtpu_log_held():
         os.dup2(held.fileno(), 2)
         try:
             yield
-        except XLNetJaxError:  # its message is the whole story
+        except (XLNetJaxError, KeyboardInterrupt):  # the CLI's one line is the whole story
             raise
         except BaseException:
             sys.stderr.flush()
