@@ -4,7 +4,7 @@ Prepares the built-in corpus (stdlib docstrings) with an 8000-piece vocabulary, 
 StreamBatcher.batch at the small training shape and at the published sequence length, on
 one core. Prints a markdown table.
 
-  .venv/bin/python benchmarks/data_throughput.py [--corpus DIR] [--steps 300]
+  python benchmarks/data_throughput.py [--corpus DIR] [--steps 300]
 
 --corpus reuses a prepared corpus (no preparation row) instead of a fresh temporary one.
 """

@@ -7,7 +7,7 @@ flops.forward_flops_per_row * batch (matmuls only): XLA's count should be a few 
 higher. The lowered (unoptimised) module is analysed because the compiled CPU program hands
 its matmuls to YNNPACK custom calls, which the compiled cost analysis does not count.
 
-  .venv/bin/python benchmarks/flops_check.py [--shapes small,bench,base]
+  python benchmarks/flops_check.py [--shapes small,bench,base]
 """
 
 import argparse

@@ -5,7 +5,7 @@ pipeline keeps up when it produces faster than the step consumes. Production is 
 alone (numpy, one host thread), consumption is our compiled train step on a synthetic batch
 of the same shape (its cost does not depend on which ids the rows hold).
 
-  .venv/bin/python benchmarks/input_pipeline.py [--corpus DIR] [--shapes small,bench]
+  python benchmarks/input_pipeline.py [--corpus DIR] [--shapes small,bench]
 
 Without --corpus, the built-in corpus is prepared in a temporary directory first.
 """

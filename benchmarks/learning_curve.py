@@ -11,9 +11,9 @@ global-norm clip. Dropout is 0, so the two runs differ only by float32 rounding,
 them drift apart slowly; the first step must agree to ~1e-5 (asserted to 1e-4), and every
 step checks that both sides predict the same number of targets.
 
-  .venv/bin/xlnet-jax prepare --out demo/corpus --vocab_size 2000   # once (scripts/demo.sh)
-  .venv/bin/python benchmarks/learning_curve.py                      # tiny, 600 steps
-  .venv/bin/python benchmarks/learning_curve.py --steps 400 --mask_alpha 6 --num_predict 11
+  xlnet-jax prepare --out demo/corpus --vocab_size 2000   # once (scripts/demo.sh)
+  python benchmarks/learning_curve.py                      # tiny, 600 steps
+  python benchmarks/learning_curve.py --steps 400 --mask_alpha 6 --num_predict 11
 
 What to expect (2 cores, ~0.4 s per step pair): with tiny's ratio (a third of each row
 predicted) both reach the corpus unigram entropy (printed last, 6.14 nats on demo/corpus) by
@@ -153,7 +153,7 @@ def main() -> None:
     if not os.path.exists(os.path.join(args.corpus, "manifest.json")):
         sys.exit(
             f"no prepared corpus in {args.corpus}: run "
-            f".venv/bin/xlnet-jax prepare --out {args.corpus} --vocab_size 2000"
+            f"xlnet-jax prepare --out {args.corpus} --vocab_size 2000"
         )
     manifest = load_manifest(args.corpus)
     config = shape_config(

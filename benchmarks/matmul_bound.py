@@ -9,8 +9,8 @@ of count x time is the step's matmul time with ideal layouts: no step built on t
 be faster. --step also times both whole steps (ours and HF's, alternating, as
 train_throughput.py) and prints the matmuls' share of each.
 
-  .venv/bin/python benchmarks/matmul_bound.py                          # small,bench
-  .venv/bin/python benchmarks/matmul_bound.py --shapes small,bench --step   # ~6 min
+  python benchmarks/matmul_bound.py                          # small,bench
+  python benchmarks/matmul_bound.py --shapes small,bench --step   # ~6 min
 """
 
 import argparse

@@ -9,7 +9,7 @@
   here) in a subprocess, and fits when the process's RSS before compiling plus XLA's
   estimate is at most --budget_gb. Doubling from 512, then bisecting to --resolution.
 
-.venv/bin/python benchmarks/memory.py [--shapes small,bench,base] [--no_search]
+python benchmarks/memory.py [--shapes small,bench,base] [--no_search]
 """
 
 import argparse

@@ -8,7 +8,7 @@
   machine's cores, so the ideal step time grows with the device count: the table reports
   the time per device-batch against one device's.
 
-.venv/bin/python benchmarks/scaling.py [--only seq,predict,devices] [--iters 10]
+python benchmarks/scaling.py [--only seq,predict,devices] [--iters 10]
 """
 
 import argparse

@@ -5,19 +5,26 @@ the attention rows set the XLA path beside the Pallas kernel (dropatt=0, which t
 needs). The step-time column is a lower bound (the model's FLOPs at the chip's datasheet
 peak), not a speed: no TPU ran these programs. Also searches the largest per-device batch
 that fits, with and without remat, on a small slice of the same chip (pure data
-parallelism: per-device memory does not depend on the number of devices).
+parallelism: per-device memory does not depend on the number of devices), with the search
+`xlnet-jax compile` runs when a step does not fit (xlnet_jax/training/fit.py).
 
-  .venv/bin/python benchmarks/tpu_fit.py --jobs 2   # the README table (slow: minutes per row)
-  .venv/bin/python benchmarks/tpu_fit.py --quick    # tiny config, small slices (CI-sized)
+  python benchmarks/tpu_fit.py --jobs 2   # the README table (slow: minutes per row)
+  python benchmarks/tpu_fit.py --quick    # tiny config, small slices (CI-sized)
 """
 
 import argparse
 import concurrent.futures
 import dataclasses
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+
+from xlnet_jax.training import compile as aot
+from xlnet_jax.training import fit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SECONDS_PER = {"µs": 1e-6, "ms": 1e-3, "s": 1.0}  # units of the compile report's times
 
@@ -84,28 +91,6 @@ def run_compile(row: Row) -> dict:
     }
 
 
-def largest_batch(config: str, topology: str, devices: int, remat: bool, limit: int) -> int:
-    """Largest per-device batch (powers of two from 2 up to `limit`) whose step fits in HBM.
-
-    Starts at 2: base and large use bi_data, which needs an even batch per data shard.
-    """
-    best = 0
-    per_device = 2
-    while per_device <= limit:
-        row = Row(config, topology, (
-            f"--config.batch_size={per_device * devices}",
-            f"--config.remat={remat}",
-        ))  # fmt: skip
-        result = run_compile(row)
-        verdict = "fits" if result["fits"] else "does not fit"
-        print(f"  remat={remat}, {per_device} rows per device: {result['peak']:.2f} GiB, "
-              f"{verdict}", flush=True)  # fmt: skip
-        if not result["fits"]:
-            break
-        best, per_device = per_device, per_device * 2
-    return best
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny config on small slices")
@@ -130,15 +115,23 @@ def main() -> None:
                 )
     if args.no_search:
         return
-    config, topology, devices = ("tiny", "v3:2x2", 8) if args.quick else ("large", "v3:2x2", 8)
-    limit = 4 if args.quick else 64
+    name, topology = ("tiny", "v3:2x2") if args.quick else ("large", "v3:2x2")
+    spec = importlib.util.spec_from_file_location(name, f"{ROOT}/configs/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
     print(
-        f"\nLargest per-device batch for {config} on {topology} ({devices} devices, data "
-        "parallel; each try is `xlnet-jax compile ... --config.batch_size=N`):"
+        f"\nLargest per-device batch for {name} on {topology} (data parallel; each try is "
+        f"`xlnet-jax compile --config configs/{name}.py --topology {topology} "
+        "--config.batch_size=N --config.remat=R`):"
     )
     for remat in (True, False):
-        best = largest_batch(config, topology, devices, remat, limit)
-        print(f"  remat={remat}: {best} rows per device", flush=True)
+        with aot.libtpu_log_held():
+            best, _ = fit.largest_fitting_batch(
+                config, topology, remat=remat, limit_rows=4 if args.quick else 64,
+                on_try=lambda t: print(t.describe(), flush=True),
+            )  # fmt: skip
+        print(f"  remat={remat}: {best.rows if best else 0} rows per device", flush=True)
 
 
 if __name__ == "__main__":

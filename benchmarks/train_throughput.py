@@ -8,8 +8,8 @@ also samples the PLM targets and order on device; HF's masks are made outside it
 Steps of the two frameworks alternate, so both see the same machine load. MFU is the
 analytic model FLOP rate (xlnet_jax/model/flops.py) over the float32 matmul peak measured here.
 
-  .venv/bin/python benchmarks/train_throughput.py                      # tiny,small,bench,base
-  .venv/bin/python benchmarks/train_throughput.py --shapes tiny --iters 10
+  python benchmarks/train_throughput.py                      # tiny,small,bench,base
+  python benchmarks/train_throughput.py --shapes tiny --iters 10
 """
 
 import argparse

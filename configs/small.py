@@ -3,9 +3,11 @@
 xlnet-jax prepare --out mycorpus 'mytext/*.txt' --vocab_size 1000 --validation_fraction 0.2
 xlnet-jax train --config configs/small.py --workdir runs/mine --config.corpus_dir=mycorpus
 
-The tiny model (2 x 128) on 64-token rows, a batch of 8 and one validation batch: a step
-reads 8 streams x 32 = 256 training tokens and an evaluation as many validation tokens, so
-each split needs at least 256 (prepare prints both sizes). Warmup and evaluation follow
+The tiny model (2 x 128) on 64-token rows and a batch of 8: a step reads 8 streams x 32 =
+256 training tokens, and an evaluation 8 batches, 2,048 validation tokens (enough for a
+standard error of the loss across batches), so the train split needs at least 256 tokens and
+the validation split 2,048 (prepare prints both sizes; with fewer, `train` names the
+--config.eval_steps that fits). Warmup and evaluation follow
 num_train_steps (a tenth, a half) unless set themselves, so `--config.num_train_steps=N`
 alone gives a consistent schedule.
 """
@@ -21,6 +23,6 @@ def get_config():
     c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.log_every = 10
     c.eval_every = c.get_ref("num_train_steps") // 2
-    c.eval_steps = 1
+    c.eval_steps = 8  # 8 x 8 streams x 32 = 2,048 validation tokens
     c.checkpoint_every = 100
     return c

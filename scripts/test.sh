@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 scripts/venv.sh "test,tpu"
 .venv/bin/ruff check xlnet_jax configs tests benchmarks
 # One pytest worker per core; a file runs whole in one worker, so module fixtures are built once.
-.venv/bin/python -m pytest tests -n auto --dist loadfile "$@"
+.venv/bin/python -m pytest tests -q -n auto --dist loadfile "$@"

@@ -9,5 +9,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture
+def committed_tree(monkeypatch):
+    """`launch setup/run` see this checkout as committed: the tests that use it check the
+    commands, whatever the developer's tree holds (tests/test_launch_dirty.py checks the
+    refusal of a dirty one)."""
+    from xlnet_jax.launch import pod
+
+    monkeypatch.setattr(pod, "uncommitted_files", lambda source: [])

@@ -1,5 +1,6 @@
 """Bad configs are rejected before anything compiles, in one line naming field and constraint."""
 
+import re
 import subprocess
 import sys
 
@@ -87,12 +88,14 @@ def test_cli_rejects_unknown_field_and_bad_value_in_one_line(tmp_path):
         )
 
     unknown = run("--config.learning_rat=1e-3")
+    # One form for every error, `xlnet-jax COMMAND: error: ...`: 2 for the command line, 1 else.
     assert unknown.returncode == 2
-    assert "unknown config field 'learning_rat'" in unknown.stderr
+    assert unknown.stderr.startswith("xlnet-jax train: error: unknown config field 'learning_rat'")
     assert "Traceback" not in unknown.stderr
 
     negative = run("--config.learning_rate=-1.0", "--config.corpus_dir=/nonexistent")
     assert negative.returncode == 1
+    assert negative.stderr.startswith("xlnet-jax train: error: ")
     assert "config.learning_rate: must be a finite number > 0" in negative.stderr
     assert "Traceback" not in negative.stderr
     assert not (tmp_path / "checkpoints").exists()
@@ -197,3 +200,42 @@ def test_without_config_a_workdir_with_no_run_names_what_is_missing(tmp_path):
         cli._with_run_config(["--workdir", str(tmp_path), "--config.batch_size=16"])
     (tmp_path / "config.json").write_text(small_config().to_json_best_effort())
     assert cli._with_run_config(["--workdir", str(tmp_path)])[0].endswith(f"py:{tmp_path}")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "devices"),
+    [
+        (dict(seq_len=50), None),  # the new block, 18, is no multiple of perm_size=32
+        (dict(perm_size=24), None),  # divides neither block
+        (dict(num_predict=64), None),  # more targets than the blocks hold
+        (dict(bi_data=True, batch_size=20), 4),  # 5 rows per data shard: odd
+    ],
+)
+def test_a_derived_constraint_names_values_that_work(overrides, devices):
+    """Each value the message names passes every check when applied: the one field alone,
+    or the (reuse_len, perm_size) pair with the user's seq_len."""
+    from configs.tiny import get_config
+
+    config = get_config()
+    config.update(overrides)
+    with pytest.raises(ConfigError) as failure:
+        validate_config(config, devices)
+    message = str(failure.value)
+    assert len(message.splitlines()) == 1
+    singles = re.search(r"one field changed: (.*?)(?:;|\.$)", message)
+    batch = re.search(r"batch_size=([\d ]+(?:or [\d ]+)?) would work", message)
+    fixes = [
+        {field: int(value)}
+        for field, values in re.findall(r"(\w+)=([\d ]+(?:or \d+)?)", (singles or batch)[1])
+        for value in values.split(" or ")
+    ] if singles else [{"batch_size": int(v)} for v in batch[1].split(" or ")]  # fmt: skip
+    pair = re.search(r"with seq_len=\d+: reuse_len=(\d+) and perm_size=(\d+)", message)
+    if pair:
+        fixes.append(dict(reuse_len=int(pair[1]), perm_size=int(pair[2])))
+    assert fixes, message
+    for fix in fixes:
+        fixed = get_config()
+        fixed.update({**overrides, **fix})
+        validate_config(fixed, devices)  # raises if the advice were wrong
+    if "seq_len" in overrides:
+        assert "seq_len=64" in message and "reuse_len=25 and perm_size=25" in message

@@ -8,6 +8,7 @@ the same on real text at a scale too slow for the suite (README, "Demo result").
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -82,7 +83,10 @@ def test_heldout_loss_falls_far_below_unigram_entropy(tmp_path):
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "eval"] == [300]
     assert sorted(p.name for p in (workdir / "tensorboard").iterdir()) == ["train"]
-    assert f"step 300: held-out PLM loss {heldout:.4f} nats" in evaluated.stdout + evaluated.stderr
+    assert f"step 300: held-out PLM loss {heldout:.4f} nats ± " in evaluated.stdout
+    assert re.search(
+        r"over [\d,]+ rows, [\d,]+ validation tokens and [\d,]+ targets", evaluated.stdout
+    )
     assert (
         f"the corpus unigram entropy is {entropy:.4f} nats" in evaluated.stdout + evaluated.stderr
     )

@@ -22,6 +22,7 @@ import pytest
 
 from xlnet_jax.launch import commands, local, pod
 
+pytestmark = pytest.mark.usefixtures("committed_tree")
 REPO = Path(__file__).resolve().parents[1]
 TPU = ["--name", "xlnet-v3", "--zone", "europe-west4-a", "--project", "my-project"]
 SSH = (

@@ -11,6 +11,7 @@ import pytest
 from xlnet_jax.launch import job, pod
 from xlnet_jax.launch.pod import _parse
 
+pytestmark = pytest.mark.usefixtures("committed_tree")
 WHERE = ["--name", "xl", "--zone", "europe-west4-a"]
 
 

@@ -1,6 +1,6 @@
 """XLNetLM against transformers.XLNetLMHeadModel (random weights, eval mode), and model structure.
 
-The max abs differences are printed: `.venv/bin/pytest tests/test_model_parity.py -s -k parity`.
+The max abs differences are printed: `pytest tests/test_model_parity.py -s -k parity`.
 """
 
 import dataclasses

@@ -1,13 +1,50 @@
-"""The README's "Train on a TPU pod" walk-through: each `xlnet-jax launch ... --dry-run`
-block shows exactly what the launcher prints."""
+"""The README's commands as written, after the quick start and `source .venv/bin/activate`.
+
+Each `xlnet-jax launch ... --dry-run` block of "Train on a TPU pod" shows exactly what the
+launcher prints. Every command of every bash block (README.md, benchmarks/README.md) names
+a program of the venv, and either runs here verbatim or is listed in NOT_RUN_HERE with why
+and which test covers it; the README's pytest lines print pytest's summary line.
+"""
 
 import re
 import shlex
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 from xlnet_jax.launch import pod
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+pytestmark = pytest.mark.usefixtures("committed_tree")
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+READMES = [README, ROOT / "benchmarks" / "README.md"]
+VENV_BIN = Path(sys.executable).parent  # the quick start's .venv, where the suite runs
+
+# Commands run verbatim below, by their first words.
+RUN_HERE = ("xlnet-jax --help",)
+# (first words, why not here and what covers it) for every other command of a bash block.
+NOT_RUN_HERE = {
+    "bash scripts/demo.sh": "trains tiny for minutes; its numbers are the README's Demo "
+    "result, and tests/test_own_text.py runs prepare -> train -> eval the same way",
+    "bash scripts/test.sh": "is this suite (.ci/run runs it on a fresh clone)",
+    "source .venv/bin/activate": "a shell builtin: this suite runs in that venv (VENV_BIN)",
+    "xlnet-jax prepare": "reads the user's text/*.txt (tests/test_own_text.py runs the own-text "
+    "block's prepare on a fresh folder; tests/test_data_prepare.py the rest)",
+    "xlnet-jax train": "base width on a CPU takes hours; the own-text block's train runs in "
+    "tests/test_own_text.py (4 steps), init_from in tests/test_init_from.py",
+    "xlnet-jax eval": "needs the base run; tests/test_it_learns.py runs eval on its own run",
+    "xlnet-jax export-hf": "needs the base run; tests/test_hf_io.py exports a trained run",
+    "xlnet-jax import-hf": "needs an HF checkpoint (path/to/hf-xlnet); tests/test_hf_io.py",
+    "xlnet-jax compile": "large on v3:16x32 compiles for 5-10 minutes here; "
+    "tests/test_compile.py compiles tiny through the same code",
+    "xlnet-jax launch": "needs gcloud; the pod blocks below run their --dry-run exactly",
+    "python benchmarks/accelerator_throughput.py": "needs a GPU or TPU; "
+    "tests/test_benchmarks_smoke.py runs it at toy size on the CPU",
+    "tensorboard": "a server that does not exit",
+}
 
 
 def _blocks() -> list[tuple[list[str], str]]:
@@ -28,3 +65,64 @@ def test_every_launch_block_is_what_the_launcher_prints(capsys):
         assert argv[-1] == "--dry-run"
         assert pod.main(argv) == 0, argv
         assert capsys.readouterr().out == output, argv
+
+
+def _commands(path: Path) -> list[str]:
+    """Each command of the file's bash blocks: continuations joined, comments dropped."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            command = re.sub(r"\s+#.*$", "", line).strip()
+            if command:
+                commands.append(" ".join(command.split()))
+    return commands
+
+
+def _first_words(command: str) -> str:
+    for known in (*RUN_HERE, *NOT_RUN_HERE):
+        if command == known or command.startswith(known + " "):
+            return known
+    raise AssertionError(f"{command!r}: neither run here nor listed in NOT_RUN_HERE")
+
+
+def test_every_readme_command_is_a_venv_program_and_run_or_accounted_for():
+    commands = [command for path in READMES for command in _commands(path)]
+    assert len(commands) >= 15, commands
+    listed = {_first_words(command) for command in commands}
+    assert listed == {*RUN_HERE, *NOT_RUN_HERE}, "an entry matches no README command"
+    for command in commands:
+        program = command.split()[0]
+        assert program in ("bash", "source") or (VENV_BIN / program).is_file(), command
+        assert not program.startswith(".venv/"), f"{command!r}: the venv is active, no prefix"
+
+
+def test_the_runnable_blocks_run_verbatim():
+    """`xlnet-jax --help`, from the README's Using it block, as a user types it."""
+    for command in RUN_HERE:
+        assert command in _commands(README)
+        done = subprocess.run(
+            [str(VENV_BIN / command.split()[0]), *command.split()[1:]],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert all(name in done.stdout for name in ("prepare", "train", "compile", "launch"))
+
+
+def test_readme_pytest_lines_end_with_the_summary_line():
+    """pytest prints "N passed" at one -q, not at two: the README's lines and test.sh give
+    one, and pyproject adds none. The README's parity line runs verbatim."""
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert "-q" not in options["ini_options"].get("addopts", "")
+    test_sh = (ROOT / "scripts" / "test.sh").read_text()
+    lines = re.findall(r"`(pytest [^`]*)`", README.read_text())
+    lines += re.findall(r"^\.venv/bin/python -m (pytest .*)$", test_sh, flags=re.MULTILINE)
+    assert len(lines) >= 2, lines
+    for line in lines:
+        assert line.split().count("-q") <= 1, line
+    parity = next(line for line in lines if "test_model_parity" in line)
+    done = subprocess.run(
+        [str(VENV_BIN / "pytest"), *shlex.split(parity)[1:]],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert re.search(r"^\d+ passed(, \d+ deselected)? in ", done.stdout.splitlines()[-1])

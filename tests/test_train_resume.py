@@ -220,6 +220,10 @@ def test_eval_is_recorded_once_in_the_training_tensorboard_run(straight, tmp_pat
     config = get_config()
     config.corpus_dir = harness.corpus_dir()
     result = evaluate.evaluate_workdir(config, str(workdir))
+    # What was measured: eval_steps batches of batch_size rows, reuse_len new tokens each.
+    assert (result["rows"], result["tokens"]) == (4 * 8, 4 * 8 * 16)
+    assert 0 < result["targets"] <= result["rows"] * config.num_predict
+    assert 0 < result["loss_stderr"] < result["loss"]
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [(row["step"], row["loss"]) for row in rows if row["kind"] == "eval"] == [
         (12, result["loss"])

@@ -1,9 +1,10 @@
 """The `xlnet-jax` command: prepare, train, eval, compile, launch, import-hf, export-hf.
 
-Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Known errors (the
-`XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint) print one
-line and exit 1; no traceback. A wrong command line prints one line and exits 2. Ctrl-C
-prints one line and exits 130 (train saves first; see train.py).
+Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Every error is one
+line, `xlnet-jax COMMAND: error: ...`, with no traceback. Exit codes: 0 done; 1 a known
+error (the `XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint);
+2 a wrong command line (unknown command, flag or config field; a missing flag); 3 `compile`:
+the step does not fit the topology's memory; 130 Ctrl-C (train saves first; see train.py).
 """
 
 import dataclasses
@@ -223,10 +224,16 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.training import evaluate
 
     result = evaluate.evaluate_workdir(config, workdir)
+    spread = (
+        f" ± {result['loss_stderr']:.4f} (standard error over {fv.config.eval_steps} batches)"
+        if "loss_stderr" in result
+        else " (one batch: no standard error; raise --config.eval_steps for one)"
+    )
     print(
-        f"step {result['step']}: held-out PLM loss {result['loss']:.4f} nats, target "
-        f"accuracy {result['accuracy']:.4f}; the corpus unigram entropy is "
-        f"{result['unigram_entropy']:.4f} nats"
+        f"step {result['step']}: held-out PLM loss {result['loss']:.4f} nats{spread}, target "
+        f"accuracy {result['accuracy']:.4f}, over {result['rows']:,} rows, "
+        f"{result['tokens']:,} validation tokens and {result['targets']:,} targets; the corpus "
+        f"unigram entropy is {result['unigram_entropy']:.4f} nats"
     )
     return 0
 
@@ -329,9 +336,9 @@ def _define_compile(fv: flags.FlagValues) -> None:
 
 def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
-    from xlnet_jax.training import compile as aot
+    from xlnet_jax.training import fit
 
-    return aot.compile_for_topology(_config(fv), _require(fv, "topology"), save=fv.save)
+    return fit.compile_for_topology(_config(fv), _require(fv, "topology"), save=fv.save)
 
 
 COMMANDS = {
@@ -458,8 +465,8 @@ def main(argv: list[str]) -> int:
 
         return pod.main(rest)
     if name not in COMMANDS:
-        print(f"xlnet-jax: unknown command {name!r}", file=sys.stderr)
         _print_usage()
+        print(f"xlnet-jax: error: unknown command {name!r}", file=sys.stderr)
         return 2
     command = COMMANDS[name]
     _select_platform(name)
@@ -477,7 +484,7 @@ def main(argv: list[str]) -> int:
         args = _parse(fv, name, rest)
         return command.main(fv, args)
     except (flags.Error, UsageError) as e:
-        print(f"xlnet-jax {name}: {e}", file=sys.stderr)
+        print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
         return 2
     except XLNetJaxError as e:  # its message is the whole story
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)

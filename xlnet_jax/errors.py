@@ -47,3 +47,7 @@ class HFFormatError(XLNetJaxError, ValueError):
 
 class MissingFileError(XLNetJaxError, FileNotFoundError):
     """A file the command needs is not there; the message names it."""
+
+
+class MissingDependencyError(XLNetJaxError, ImportError):
+    """An optional dependency the command needs is not installed; the message says which extra."""

@@ -8,6 +8,7 @@ processes on this machine (`local`).
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -155,6 +156,12 @@ def _source_options(setup: argparse.ArgumentParser) -> None:
         "--ref", metavar="REF", type=names.not_an_option, help="branch, tag or commit of --repo"
     )
     setup.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="ship HEAD although --source has uncommitted changes (they stay behind; a warning "
+        "names them); without it such a tree is refused",
+    )
+    setup.add_argument(
         "--tarball",
         metavar="PATH",
         type=names.local_path,
@@ -197,7 +204,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         f"Ships the committed tree (git archive HEAD of --source) with scp, or clones --repo,\n"
         f"into {remote.PROJECT_DIR} on every worker, then `pip install -e .[tpu]` into the\n"
         f"venv {remote.VENV} (created once with --python, installed from apt if missing).\n"
-        f"Uncommitted changes are not shipped. Rerun after every change.",
+        f"Uncommitted changes are not shipped: a tree with any is refused, naming them,\n"
+        f"unless --allow-dirty. Rerun after every commit.",
     )
     _tpu_options(setup)
     _source_options(setup)
@@ -318,7 +326,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "every --poll seconds. If gcloud reports it lost (preempted, terminated, suspended),\n"
         "deletes and recreates it, sets it up and trains again, which resumes from the\n"
         "newest checkpoint in WORKDIR (on gs://), up to --max-restarts times. Ends with the\n"
-        "trainer's exit code (worker 0), or 1 once it gives up.",
+        "trainer's exit code (worker 0), or 1 once it gives up.\n\n"
+        "What is shipped: the committed tree, `git archive HEAD` of --source (default: the\n"
+        "current directory), or a clone of --repo at --ref. Uncommitted changes (an edited\n"
+        "or new config file too) are not: a tree with any is refused, naming them, unless\n"
+        "--allow-dirty (then a warning names what stays behind).",
         usage="%(prog)s --name NAME --zone ZONE --accelerator-type TYPE --config CONFIG\n"
         "         --workdir gs://... [create flags] [setup flags] [--config.FIELD=VALUE ...]",
     )
@@ -512,6 +524,39 @@ def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
     return local.run(cmds, Path(args.workdir) / "logs", args.timeout)
 
 
+def uncommitted_files(source: str) -> list[str]:
+    """The changed and untracked (not ignored) files of the git checkout `source`; [] when it
+    is not one (then `git archive` itself says so)."""
+    done = subprocess.run(
+        ["git", "-C", source, "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+    )
+    return [line[3:] for line in done.stdout.splitlines()] if done.returncode == 0 else []
+
+
+def _check_shipped_tree(args: argparse.Namespace) -> bool:
+    """False (after one line naming the files) when setup/run would leave changes behind."""
+    changed = uncommitted_files(args.source)
+    if not changed:
+        return True
+    shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+    if args.allow_dirty:
+        print(
+            f"warning: shipping HEAD of {args.source}; its uncommitted changes stay behind: "
+            f"{shown}",
+            file=sys.stderr,
+        )
+        return True
+    print(
+        f"{PROG} {args.command}: error: {args.source} has uncommitted changes that would not be "
+        f"shipped (git archive HEAD): {shown}; commit them, or pass --allow-dirty to ship "
+        "HEAD without them.",
+        file=sys.stderr,
+    )
+    return False
+
+
 def main(
     argv: Sequence[str] | None = None, *, local_program: Sequence[str] = local.DEFAULT_PROGRAM
 ) -> int:
@@ -524,6 +569,8 @@ def main(
         args = _parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:  # argparse: --help, or a usage error.
         return int(exit_.code or 0)
+    if args.command in ("setup", "run") and args.repo is None and not _check_shipped_tree(args):
+        return 1
     if args.command == "train" and args.backend == "local":
         return _train_local(args, local_program)
     if args.command == "run":

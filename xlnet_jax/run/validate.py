@@ -16,6 +16,7 @@ from xlnet_jax.errors import ConfigError, MeshError
 from xlnet_jax.model.xlnet import validate_model_config
 from xlnet_jax.objective.plm import PLMConfig, validate_plm_config
 from xlnet_jax.run.fields import field_problem, nonfinite_problem
+from xlnet_jax.run.working_values import batch_advice, plm_advice
 
 NUM_SPECIAL_IDS = len(SPECIAL_IDS)
 
@@ -35,10 +36,10 @@ def collecting(problems: list[str]):
         _COLLECTED.reset(token)
 
 
-def _check(ok: bool, field: str, constraint: str, value) -> None:
+def _check(ok: bool, field: str, constraint: str, value, advice: str = "") -> None:
     if ok:
         return
-    message = f"config.{field}: {constraint} (got {value!r})."
+    message = f"config.{field}: {constraint} (got {value!r}){advice}."
     problems = _COLLECTED.get()
     if problems is None:
         raise ConfigError(message)
@@ -84,6 +85,7 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
         "batch_size",
         f"must be divisible by grad_accum_steps={c.grad_accum_steps}",
         c.batch_size,
+        batch_advice(lambda b: b % c.grad_accum_steps == 0, c.batch_size),
     )
     _check(
         0 <= c.next_sentence_prob <= 1,
@@ -109,15 +111,29 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
     _check(c.num_slices >= 1, "num_slices", "must be >= 1", c.num_slices)
 
 
+def batch_splits(c: ml_collections.ConfigDict, data_shards: int, batch_size: int) -> bool:
+    """Whether `batch_size` splits evenly over micro-batches and data shards (evenly in
+    pairs per shard with bi_data)."""
+    if batch_size % c.grad_accum_steps:
+        return False
+    micro = batch_size // c.grad_accum_steps
+    if micro % data_shards:
+        return False
+    per_shard, micro_per_shard = batch_size // data_shards, micro // data_shards
+    return not c.bi_data or (per_shard % 2 == 0 and micro_per_shard % 2 == 0)
+
+
 def validate_batch_layout(c: ml_collections.ConfigDict, data_shards: int) -> None:
     """The global batch must split evenly over data shards and micro-batches."""
     micro = c.batch_size // c.grad_accum_steps
+    advice = batch_advice(lambda b: batch_splits(c, data_shards, b), c.batch_size)
     _check(
         micro % data_shards == 0,
         "batch_size",
         f"the micro-batch batch_size/grad_accum_steps={micro} must divide over the "
         f"{data_shards} data shards (mesh data x fsdp)",
         c.batch_size,
+        advice,
     )
     if c.bi_data:
         per_shard = c.batch_size // data_shards
@@ -128,6 +144,7 @@ def validate_batch_layout(c: ml_collections.ConfigDict, data_shards: int) -> Non
             f"{data_shards} shards with grad_accum_steps={c.grad_accum_steps} gives "
             f"{micro // data_shards} rows per shard per micro-batch",
             c.bi_data,
+            advice,
         )
 
 
@@ -138,11 +155,15 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int | None = None
         raise ConfigError(problem)
     try:
         validate_model_config(ModelConfig.from_config(c))
-        validate_plm_config(PLMConfig.from_config(c))
     except ConfigError:
         raise
     except ValueError as e:
         raise ConfigError(f"config.{e}") from None
+    plm = PLMConfig.from_config(c)
+    try:
+        validate_plm_config(plm)
+    except ValueError as e:
+        raise ConfigError(f"config.{e}{plm_advice(plm)}.") from None
     validate_training_fields(c)
     problem = nonfinite_problem(c)
     if problem:

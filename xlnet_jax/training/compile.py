@@ -2,16 +2,24 @@
 
 libtpu describes the topology (`jax.experimental.topologies`), the train step is lowered
 with the config's mesh and shardings over those devices, and XLA's per-device memory and
-FLOP analyses are set against the chip's HBM and peak bf16 rate. Needs `pip install .[tpu]`.
+FLOP analyses are set against the chip's HBM and peak bf16 rate. Needs libtpu
+(`pip install -e '.[tpu]'`). A step that does not fit is followed by a search for the largest
+batch_size that does (fit.py).
 """
 
+import contextlib
 import dataclasses
+import importlib.util
 import math
 import os
 import re
+import sys
+import tempfile
 
 import ml_collections
 
+from xlnet_jax.config import mesh_shape
+from xlnet_jax.errors import MissingDependencyError, XLNetJaxError
 from xlnet_jax.model import flops
 from xlnet_jax.run.validate import ConfigError, validate_config
 from xlnet_jax.training import sharding
@@ -44,6 +52,8 @@ class CompileReport:
 
     topology: str
     num_devices: int
+    rows: int  # rows of one micro-batch per data shard (batch_size / grad_accum / shards)
+    seq_len: int
     argument_bytes: int
     output_bytes: int
     temp_bytes: int
@@ -54,6 +64,11 @@ class CompileReport:
     step_time_at_peak: float
     fits: bool
     error: str = ""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch per device."""
+        return self.rows * self.seq_len
 
 
 def _chips_in(topology: str, num_slices: int) -> int:
@@ -68,6 +83,11 @@ def _chips_in(topology: str, num_slices: int) -> int:
 
 def topology_devices(topology: str, num_slices: int = 1):
     """The TPU devices libtpu describes for `topology`, with no TPU attached."""
+    if importlib.util.find_spec("libtpu") is None:
+        raise MissingDependencyError(
+            "compile needs libtpu, which is not installed: pip install -e '.[tpu]' "
+            "(or scripts/venv.sh tpu)."
+        )
     from jax.experimental import topologies
 
     # Compiling touches no TPU, so several compiles (tests, other users) may share libtpu.
@@ -93,6 +113,14 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
     hbm = int(chip.hbm_bytes / per_chip)
     peak = chip.peak_tflops / per_chip * 1e12
 
+    data, fsdp, _ = mesh_shape(config, len(devices))
+    shape = dict(
+        topology=topology,
+        num_devices=len(devices),
+        rows=config.batch_size // config.grad_accum_steps // (data * fsdp),
+        seq_len=config.seq_len,
+        hbm_bytes=hbm,
+    )
     program = build_program(config, sharding.make_mesh(config, devices))
     model_flops = flops.train_flops_per_step(config) / len(devices)
     try:
@@ -108,13 +136,11 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
             else 0
         )
         report = CompileReport(
-            topology=topology,
-            num_devices=len(devices),
+            **shape,
             argument_bytes=0,
             output_bytes=0,
             temp_bytes=0,
             peak_bytes=int(used),
-            hbm_bytes=hbm,
             xla_flops=0.0,
             model_flops=model_flops,
             step_time_at_peak=model_flops / peak,
@@ -132,13 +158,11 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
         - memory.alias_size_in_bytes
     )
     report = CompileReport(
-        topology=topology,
-        num_devices=len(devices),
+        **shape,
         argument_bytes=memory.argument_size_in_bytes,
         output_bytes=memory.output_size_in_bytes,
         temp_bytes=memory.temp_size_in_bytes,
         peak_bytes=int(peak_bytes),
-        hbm_bytes=hbm,
         xla_flops=float(cost.get("flops", 0.0)),
         model_flops=model_flops,
         step_time_at_peak=model_flops / peak,
@@ -159,6 +183,7 @@ def format_report(r: CompileReport) -> str:
     """The human-readable report; the last line says whether it fits."""
     lines = [
         f"topology {r.topology}: {r.num_devices} devices, {r.hbm_bytes / GIB:.1f} GiB HBM each",
+        f"  batch per device {r.rows} rows x {r.seq_len} = {r.tokens:,} tokens (one micro-batch)",
     ]
     if r.argument_bytes or r.temp_bytes:
         lines += [
@@ -173,33 +198,35 @@ def format_report(r: CompileReport) -> str:
         f"  roofline step time at 100% / 50% MFU: {format_duration(r.step_time_at_peak)} / "
         f"{format_duration(2 * r.step_time_at_peak)}",
     ]
+    hbm = f"{r.hbm_bytes / GIB:.1f} GiB per device"
     if r.fits:
-        lines.append(
-            f"fits: {r.peak_bytes / GIB:.2f} GiB <= {r.hbm_bytes / GIB:.1f} GiB per device"
-        )
+        lines.append(f"fits: {r.peak_bytes / GIB:.2f} GiB <= {hbm}")
+    elif r.peak_bytes:
+        lines.append(f"does not fit: {r.peak_bytes / GIB:.2f} GiB > {hbm}")
     else:
-        hbm = f"{r.hbm_bytes / GIB:.1f} GiB per device"
-        lines.append(
-            (
-                f"does not fit: {r.peak_bytes / GIB:.2f} GiB > {hbm}. "
-                if r.peak_bytes
-                else f"does not fit: XLA ran out of the {hbm} ({r.error}). "
-            )
-            + "Try a smaller per-device batch (config.batch_size or grad_accum_steps), "
-            "config.remat=True, or more fsdp (config.mesh_fsdp)."
-        )
+        lines.append(f"does not fit: XLA ran out of the {hbm} ({r.error})")
     return "\n".join(lines)
 
 
-def compile_for_topology(config: ml_collections.ConfigDict, topology: str, *, save=None) -> int:
-    """The CLI body: compile, print the report, optionally serialize; exit 0 iff it fits."""
-    report, compiled = compile_train_step(config, topology)
-    print(format_report(report))
-    if save and compiled is not None:
-        from jax.experimental import serialize_executable
-
-        payload, _, _ = serialize_executable.serialize(compiled)
-        with open(save, "wb") as f:
-            f.write(payload)
-        print(f"saved the executable to {save}")
-    return 0 if report.fits else 3
+@contextlib.contextmanager
+def libtpu_log_held():
+    """Holds what is written to fd 2 (libtpu logs its environment probes there on every run,
+    as E0000 lines); replays it only when an unexpected error escapes the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except (XLNetJaxError, KeyboardInterrupt):  # the CLI's one line is the whole story
+            raise
+        except BaseException:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            held.seek(0)
+            os.write(2, held.read())
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)

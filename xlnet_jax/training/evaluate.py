@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
-    """params -> held-out PLM loss and accuracy over eval_steps validation batches.
+    """params -> held-out PLM loss and accuracy over eval_steps validation batches, with what
+    was measured: rows, new tokens read, targets, and the loss's standard error over batches.
 
     The memory starts from zeros and is carried across the batches; the PLM keys are fixed,
     so every evaluation of the same params sees the same targets.
@@ -42,9 +43,22 @@ def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
             batch = program.put_batch(batcher.batch(index))
             mems, terms = program.eval_step(params, mems, batch, key)
             totals.append(terms)
-        nll, count, correct = np.sum(np.asarray(jax.device_get(totals)), axis=0)
-        count = max(float(count), 1.0)
-        return {"loss": float(nll) / count, "accuracy": float(correct) / count}
+        per_batch = np.asarray(jax.device_get(totals), dtype=np.float64)  # [steps, 3]
+        nll, count, correct = per_batch.sum(axis=0)
+        rows = config.eval_steps * config.batch_size
+        streams = config.batch_size // 2 if config.bi_data else config.batch_size
+        result = {
+            "loss": float(nll) / max(float(count), 1.0),
+            "accuracy": float(correct) / max(float(count), 1.0),
+            "rows": rows,
+            # each stream reads reuse_len new tokens a batch (bi_data rows reverse a stream)
+            "tokens": config.eval_steps * streams * config.reuse_len,
+            "targets": int(count),
+        }
+        if config.eval_steps > 1:  # the spread of the batch means, over sqrt(batches)
+            losses = per_batch[:, 0] / np.maximum(per_batch[:, 1], 1.0)
+            result["loss_stderr"] = float(np.std(losses, ddof=1) / np.sqrt(len(losses)))
+        return result
 
     return evaluate
 
