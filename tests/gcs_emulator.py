@@ -45,7 +45,8 @@ def running(bucket: str = BUCKET, external_url: str = "") -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
         [str(_get_binary_path()), "-backend", "memory", "-scheme", "http",
-         "-host", "127.0.0.1", "-port", str(port), "-external-url", external_url or url, "-log-level", "error"],
+         "-host", "127.0.0.1", "-port", str(port), "-external-url", external_url or url,
+         "-log-level", "error"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
