@@ -47,3 +47,7 @@ class HFFormatError(XLNetJaxError, ValueError):
 
 class MissingFileError(XLNetJaxError, FileNotFoundError):
     """A file the command needs is not there; the message names it."""
+
+
+class StorageError(XLNetJaxError, RuntimeError):
+    """Object storage kept failing past the retry budget (paths.retry); rerunning resumes."""
