@@ -61,7 +61,7 @@ def write_bytes_atomic(path: epath.Path, data: bytes) -> None:
     GCS makes visible only once complete.
     """
     if is_remote(path):
-        path.write_bytes(data)
+        retry(lambda: path.write_bytes(data), f"writing {path}")
         return
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     tmp.write_bytes(data)
@@ -85,6 +85,9 @@ def move_tree(source: epath.Path, target: epath.Path) -> None:
 # attempts, 1-32 s apart, ~31 s), which `retry` then wraps.
 RETRY_ENV = "XLNET_JAX_STORAGE_RETRY"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# gcsfs logs each request that ran out of its retries with a traceback; the error reaches
+# the caller (and `retry`), which reports it in one line.
+logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
 _JITTER = random.Random()  # its own generator: seeded code elsewhere is not disturbed
 
 
