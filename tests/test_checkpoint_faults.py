@@ -1,8 +1,9 @@
-"""Checkpoint saves on gs:// under storage faults, through the fault proxy (transient faults
-are in the end-to-end test, tests/test_gcs_faults_e2e.py): a save under an outage fails in one line, training goes on, the
-failed step is never complete; failed saves in a row stop the run naming the newest
-complete step; a save that stalls is given up after save_wait_s. gcsfs's and tensorstore's
-retries are cut short here so that each test takes seconds; every wait is bounded."""
+"""Checkpoint saves on gs:// under storage faults, through the fault proxy (transient
+faults: the end-to-end test, tests/test_gcs_faults_e2e.py). A save under an outage fails
+in one line, training goes on, the failed step is never complete; failed saves in a row
+stop the run naming the newest complete step; a save that stalls is given up after
+save_wait_s. gcsfs's and tensorstore's retries are cut short here so that each test takes
+seconds; every wait is bounded."""
 
 import logging
 import time
