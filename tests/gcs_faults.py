@@ -7,6 +7,7 @@ metadata) and forwarded, unless a scripted fault answers it instead:
   request is forwarded first (the write happened, its reply is lost as an error);
 - `reset`: the request is forwarded, then the connection is cut mid-body of the reply;
 - `stall`: the request waits `stall_s` seconds before it is forwarded;
+- `corrupt`: the reply's body arrives whole but with one byte changed;
 - an outage: every request is answered 503 for a window of time.
 
 Faults are drawn from one seeded random generator, so a run's faults repeat for a seed;
@@ -59,7 +60,7 @@ class Fault:
     """One scripted fault: what it does, to which requests, how often, how many times.
 
     Attributes:
-      kind: "status", "reset" or "stall".
+      kind: "status", "reset", "stall" or "corrupt".
       classes: request classes it applies to (default: all).
       probability: chance per matching request; 1.0 with `times` scripts the next N.
       times: at most this many injections (None: no limit).
@@ -197,6 +198,8 @@ class FaultProxy:
             return _error(fault)
         if fault is not None and fault.kind == "reset":
             return await _cut(request, status, headers, content)
+        if fault is not None and fault.kind == "corrupt" and content:
+            content = bytes([content[0] ^ 0xFF]) + content[1:]
         return web.Response(status=status, headers=headers, body=content)
 
     async def _forward(self, request: web.Request, body: bytes) -> tuple[int, dict, bytes]:
