@@ -8,7 +8,8 @@ metadata) and forwarded, unless a scripted fault answers it instead:
 - `reset`: the request is forwarded, then the connection is cut mid-body of the reply;
 - `stall`: the request waits `stall_s` seconds before it is forwarded;
 - `corrupt`: the reply's body arrives whole but with one byte changed;
-- an outage: every request is answered 503 for a window of time.
+- an outage: every request is answered 503 for a window of time, from now (`outage`) or
+  from the first request that matches an "outage" fault (e.g. one of a checkpoint save).
 
 Faults are drawn from one seeded random generator, so a run's faults repeat for a seed;
 `counts` says what was injected, so a test asserts the faults really happened. The
@@ -25,7 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -60,7 +61,7 @@ class Fault:
     """One scripted fault: what it does, to which requests, how often, how many times.
 
     Attributes:
-      kind: "status", "reset", "stall" or "corrupt".
+      kind: "status", "reset", "stall", "corrupt" or "outage" (starts one of `outage_s`).
       classes: request classes it applies to (default: all).
       probability: chance per matching request; 1.0 with `times` scripts the next N.
       times: at most this many injections (None: no limit).
@@ -78,6 +79,7 @@ class Fault:
     retry_after: float | None = None
     after_upstream: bool = False
     stall_s: float = 0.0
+    outage_s: float = 0.0
     match: str = ""
 
     def label(self) -> str:
@@ -89,7 +91,7 @@ class Fault:
     def applies(self, request_class: str, url: str) -> bool:
         return (
             request_class in self.classes
-            and self.match in url
+            and self.match in unquote(url)
             and (self.times is None or self.times > 0)
         )
 
@@ -182,6 +184,9 @@ class FaultProxy:
                     if fault.times is not None:
                         fault.times -= 1
                     self.counts[f"{fault.label()}:{request_class}"] += 1
+                    if fault.kind == "outage":
+                        self._outage_until = time.monotonic() + fault.outage_s
+                        return Fault("status", status=503)
                     return fault
         return None
 
