@@ -147,3 +147,25 @@ def test_a_stalled_save_is_given_up_after_its_bound(proxy, monkeypatch, caplog):
     np.testing.assert_equal(proxy.injected("stall"), 1)
     checkpointer.manager.wait_until_finished()  # let the stalled write end before teardown
     checkpointer.manager.close()
+
+
+def test_a_step_unreadable_for_a_storage_error_is_skipped_but_never_moved(proxy, caplog):
+    workdir = f"{ROOT}/ckpt-restore"
+    checkpointer = Checkpointer(workdir, CONFIG)
+    for step in (2, 4):
+        assert _save(checkpointer, step)
+        _settled(checkpointer)
+    checkpointer.close()
+    proxy.add(Fault("status", status=503, classes=("read",), match="checkpoints/4/"))
+    reader = Checkpointer(workdir, CONFIG)
+    with caplog.at_level(logging.WARNING, logger="xlnet_jax"):
+        restored = reader.restore(_state(0), CONFIG, "fingerprint")  # may move damaged steps
+    reader.close()
+    proxy.clear()
+    harness.assert_trees_equal(restored, _state(2))
+    assert proxy.injected("503", "read") > 0
+    assert (paths.as_path(workdir) / "checkpoints" / "4" / "commit_success.txt").exists()
+    assert not (paths.as_path(workdir) / "checkpoints_damaged").exists()
+    assert any(
+        "step 4" in r.getMessage() and "left in place" in r.getMessage() for r in caplog.records
+    )
