@@ -71,8 +71,11 @@ class Checkpointer:
                 create_directories_asynchronously=False,
             ),
         )
-        self.manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=("state", "mems", "meta")
+        self.manager = paths.retry(
+            lambda: ocp.CheckpointManager(
+                self.directory, options=options, item_names=("state", "mems", "meta")
+            ),
+            f"listing the checkpoints in {self.directory}",
         )
         self._in_flight: int | None = None  # the step of a save not yet known to be complete
         self._failures = 0  # failed saves in a row
@@ -203,7 +206,7 @@ class Checkpointer:
         model or corpus stops the run at once. Readers that do not own the workdir (eval)
         pass move_damaged=False: the damaged step is named and left where it is.
         """
-        self._warn_unfinished_writes()
+        paths.retry(self._warn_unfinished_writes, f"listing {self.directory}")
         steps = self.steps()
         unreadable, network = [], set()
         for step in reversed(steps):
@@ -240,7 +243,7 @@ class Checkpointer:
                 "changed since they were saved, use the saved one (each step's meta/metadata); "
                 "if the files are damaged, restore them from a backup. Nothing was moved."
             )
-        self._refuse_to_start_over()
+        paths.retry(self._refuse_to_start_over, f"listing {self.damaged_directory}")
         return None
 
     def _restore_step(
