@@ -7,12 +7,13 @@ counters show the faults happened; no step is left half-written as complete."""
 import signal
 import time
 
-from tests import gcs_emulator, gcs_faults
+from tests import gcs_emulator, gcs_faults, train_config
 from tests import train_harness as harness
 from tests.gcs_faults import Fault
 from tests.test_gcs import _cli, _export_reference, _ok, _output, _train
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import hf
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.training.metrics import read_metrics
 
 ROOT = f"gs://{gcs_emulator.BUCKET}"
@@ -60,7 +61,6 @@ def test_the_pod_workflow_under_faults_equals_the_local_run(tmp_path):
         resumed = _ok(_cli(proxy.url, tmp_path, *_train(workdir, corpus), SAVE_EVERY))
         assert "Resumed from step 6" in resumed, resumed[-3000:]
         assert outage.times == 0 and time.monotonic() - started > 20  # it ran through it
-        assert "save of step" not in resumed or "failed" in resumed  # completed, or one line
         _ok(
             _cli(proxy.url, tmp_path, "eval", "--config", harness.CONFIG, "--workdir", workdir,
                  "--num_cpu_devices=1", f"--config.corpus_dir={corpus}")
@@ -77,8 +77,15 @@ def test_the_pod_workflow_under_faults_equals_the_local_run(tmp_path):
         _, reference = hf.load_hf(_export_reference(tmp_path))
         harness.assert_trees_equal(params, reference)
         steps = paths.as_path(workdir) / "checkpoints"
-        for step in steps.iterdir():  # every step there is complete: none half-written
-            assert (step / "commit_success.txt").exists(), step
+        # The save under the outage completed, or failed in one line and training went on.
+        saved_9 = (steps / "9" / "commit_success.txt").exists()
+        assert saved_9 or resumed.count("save of step 9 failed") == 1, resumed[-3000:]
+        # No half-written step reads as complete: orbax lists only the committed ones.
+        complete = {p.name for p in steps.iterdir() if (p / "commit_success.txt").exists()}
+        reader = Checkpointer(workdir, train_config.get_config())
+        listed = {str(step) for step in reader.steps()}
+        reader.close()
+        assert "12" in complete and listed <= complete, (listed, complete)
     injected = sum(counts.values())
     assert counts.get("outage:write", 0) + counts.get("outage:chunk", 0) >= 1, counts
     classes = {key.split(":")[1] for key in counts if not key.startswith("outage")}
