@@ -38,10 +38,10 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
 def load(workdir: str) -> ml_collections.ConfigDict | None:
     """The config saved in `workdir`, or None if the run has not saved one."""
     path = paths.as_path(workdir) / CONFIG_FILE
+    if not paths.retry(path.is_file, f"looking for {path}"):
+        return None
     try:
         fields = json.loads(paths.retry(path.read_text, f"reading {path}"))
-    except FileNotFoundError:
-        return None
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path} is unreadable ({e}); pass --config instead.") from None
     fields["logical_axis_rules"] = tuple(
