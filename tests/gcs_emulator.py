@@ -33,15 +33,20 @@ def environment(url: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running(bucket: str = BUCKET) -> Iterator[str]:
-    """Runs the emulator with `bucket` created; yields its URL, stops it on exit."""
+def running(bucket: str = BUCKET, external_url: str = "") -> Iterator[str]:
+    """Runs the emulator with `bucket` created; yields its URL, stops it on exit.
+
+    `external_url` is where clients reach it (a proxy in front): its resumable-upload
+    locations point there.
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
         [str(_get_binary_path()), "-backend", "memory", "-scheme", "http",
-         "-host", "127.0.0.1", "-port", str(port), "-external-url", url, "-log-level", "error"],
+         "-host", "127.0.0.1", "-port", str(port), "-external-url", external_url or url,
+         "-log-level", "error"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip

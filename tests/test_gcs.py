@@ -137,14 +137,20 @@ def _export_reference(tmp_path) -> str:
 
 def test_the_lease_excludes_a_live_holder_and_passes_on(gcs):
     url = f"{ROOT}/lease-test/.lock-process-0"
-    first = ObjectLease(url, ttl=1.5)
+    # A TTL long beside a loaded machine's scheduling delays; the test waits on a renewal,
+    # not on a clock, so timing cannot fail it.
+    first = ObjectLease(url, ttl=6)
     with pytest.raises(WorkdirError, match="Another run holds the workdir lease"):
-        ObjectLease(url, ttl=1.5)  # held by this live process, renewed in the background
-    time.sleep(1.0)  # a renewal at ttl/3 keeps it fresh
+        ObjectLease(url, ttl=6)  # held by this live process, renewed in the background
+    generation, deadline = first._generation, time.monotonic() + 60
+    while first._generation == generation:  # a renewal at ttl/3 keeps it fresh
+        assert time.monotonic() < deadline and first._lost is None
+        time.sleep(0.05)
     with pytest.raises(WorkdirError, match="Another run holds"):
-        ObjectLease(url, ttl=1.5)
+        ObjectLease(url, ttl=6)
+    first.check()
     first.release()
-    second = ObjectLease(url, ttl=1.5)
+    second = ObjectLease(url, ttl=6)
     second.release()
     assert not paths.as_path(url).exists()
 

@@ -51,3 +51,7 @@ class MissingFileError(XLNetJaxError, FileNotFoundError):
 
 class MissingDependencyError(XLNetJaxError, ImportError):
     """An optional dependency the command needs is not installed; the message says which extra."""
+
+
+class StorageError(XLNetJaxError, RuntimeError):
+    """Object storage kept failing past the retry budget (paths.retry); rerunning resumes."""

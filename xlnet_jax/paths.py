@@ -10,11 +10,26 @@ the workdir lock, the corpus) use whole-object writes, generation preconditions
 (object_lease.py) and local staging (data/staging.py) instead.
 """
 
+import asyncio
+import dataclasses
+import logging
 import os
+import random
 import shutil
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
+import aiohttp
 import fsspec
+import requests
 from etils import epath
+from gcsfs.retry import HttpError
+
+from xlnet_jax.errors import ConfigError, StorageError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Where a host keeps local copies of remote things: staged corpora, metric mirrors.
 CACHE_ENV = "XLNET_JAX_CACHE_DIR"
@@ -46,7 +61,7 @@ def write_bytes_atomic(path: epath.Path, data: bytes) -> None:
     GCS makes visible only once complete.
     """
     if is_remote(path):
-        path.write_bytes(data)
+        retry(lambda: path.write_bytes(data), f"writing {path}")
         return
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     tmp.write_bytes(data)
@@ -61,3 +76,130 @@ def move_tree(source: epath.Path, target: epath.Path) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(source, target)
+
+
+# The one retry policy for object storage. Our own calls (the lease, the writability probe,
+# metrics uploads, config and manifest reads, corpus staging) go through `retry`;
+# tensorstore's gcs driver (orbax's arrays) gets the same attempts and delays
+# (checkpoint/checkpointer.py). gcsfs keeps its own inner retries of each request (6
+# attempts, 1-32 s apart, ~31 s), which `retry` then wraps.
+RETRY_ENV = "XLNET_JAX_STORAGE_RETRY"
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# gcsfs logs each request that ran out of its retries with a traceback; the error reaches
+# the caller (and `retry`), which reports it in one line.
+logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+_JITTER = random.Random()  # its own generator: seeded code elsewhere is not disturbed
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, bounded in attempts and in time.
+
+    Attributes:
+      attempts: tries of one operation, the first included.
+      first_delay_s, max_delay_s: the delay before retry n is first_delay_s * 2**(n-1),
+        at most max_delay_s, of which a random half is jitter.
+      budget_s: seconds one operation may spend retrying before it gives up.
+      save_wait_s: the longest the loop (or the exit) waits on an asynchronous checkpoint
+        save before it gives that save up.
+      failed_saves: saves in a row that may fail before the run stops.
+    """
+
+    attempts: int = 12
+    first_delay_s: float = 1.0
+    max_delay_s: float = 32.0
+    budget_s: float = 300.0
+    save_wait_s: float = 600.0
+    failed_saves: int = 3
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed try number `attempt` (1-based)."""
+        ceiling = min(self.max_delay_s, self.first_delay_s * 2 ** (attempt - 1))
+        return ceiling / 2 + _JITTER.uniform(0, ceiling / 2)
+
+
+def retry_policy() -> RetryPolicy:
+    """The policy, with overrides from $XLNET_JAX_STORAGE_RETRY ("budget_s=20,attempts=5")."""
+    text = os.environ.get(RETRY_ENV, "").strip()
+    if not text:
+        return RetryPolicy()
+    fields = {f.name: f.type for f in dataclasses.fields(RetryPolicy)}
+    overrides = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if name not in fields:
+            raise ConfigError(f"${RETRY_ENV}: unknown field {name!r}; known: {', '.join(fields)}.")
+        try:
+            overrides[name] = (int if fields[name] in (int, "int") else float)(value)
+        except ValueError:
+            raise ConfigError(f"${RETRY_ENV}: {name}={value!r} is not a number.") from None
+    return RetryPolicy(**overrides)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether `error` is worth retrying: 408/429/5xx, a reset, a timeout.
+
+    403 (an OSError "Forbidden"), 404 (FileNotFoundError) and 412 (FileExistsError, a
+    failed precondition) are answers, not accidents: never retried.
+    """
+    if isinstance(error, HttpError):
+        return error.code in TRANSIENT_STATUS
+    if isinstance(error, aiohttp.ClientResponseError):
+        return error.status in TRANSIENT_STATUS
+    if isinstance(error, requests.HTTPError) and error.response is not None:
+        return error.response.status_code in TRANSIENT_STATUS
+    return isinstance(
+        error,
+        (
+            aiohttp.ClientError,
+            requests.RequestException,
+            ConnectionError,
+            TimeoutError,
+            asyncio.TimeoutError,
+            fsspec.exceptions.FSTimeoutError,
+        ),
+    )
+
+
+def retry(
+    operation: Callable[[], T],
+    what: str,
+    *,
+    policy: RetryPolicy | None = None,
+    deadline: float | None = None,
+) -> T:
+    """`operation()`, retried on transient errors under the policy (or until `deadline`,
+    a time.monotonic() value); then a StorageError naming `what`. Other errors pass through.
+    """
+    policy = policy or retry_policy()
+    start = time.monotonic()
+    end = start + policy.budget_s if deadline is None else deadline
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return operation()
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            delay = policy.delay(attempt)
+            if attempt >= policy.attempts or time.monotonic() + delay > end:
+                raise StorageError(
+                    f"Object storage failed {attempt} time(s) in {time.monotonic() - start:.0f} s "
+                    f"while {what} (last: {_one_line(e)}); a transient fault that outlasted the "
+                    f"retry budget, not a problem with the path. Rerun when storage answers."
+                ) from None
+            log.warning(
+                "Storage error while %s (%s); retry %d in %.1f s.",
+                what,
+                _one_line(e),
+                attempt,
+                delay,
+            )
+            time.sleep(delay)
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines() or [""]
+    return f"{type(error).__name__}: {lines[0]}"[:160]

@@ -7,9 +7,19 @@ position and a checksum of every saved array, as JSON: parsed as data, never exe
 
 The meta and its compatibility rules are in checkpoint_meta.py, the checksums in
 checkpoint_checksums.py, single-device reads for export and tests in checkpoint_reader.py.
+
+Saves never hang the loop (the bounds are paths.RetryPolicy's): the loop waits at most
+`save_wait_s` for the save in flight before it starts the next one (or stops, or exits);
+a save that fails, or is still writing then, is reported in one line and training goes
+on, saving again at the next interval, until `failed_saves` saves in a row failed: then
+the run stops naming the newest complete step. orbax marks a step complete only once all
+of it is written (a rename, or commit_success.txt on object storage), so a failed save
+leaves no step that restores as complete. tensorstore's gcs driver retries each request
+with the policy's attempts and delays (`gcs_request_retries`).
 """
 
 import logging
+import math
 import time
 
 import jax
@@ -17,6 +27,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
+from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import orbax_drain
@@ -29,50 +40,150 @@ log = logging.getLogger(__name__)
 orbax_drain.install()  # a fallback from a damaged step prints its warning and nothing else
 
 
+def _configure_tensorstore_retries(policy: paths.RetryPolicy) -> None:
+    """Gives every tensorstore context orbax makes the policy's gcs retries."""
+    retries = {
+        "max_retries": policy.attempts,
+        "initial_delay": f"{policy.first_delay_s}s",
+        "max_delay": f"{policy.max_delay_s}s",
+    }
+    for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
+        context["gcs_request_retries"] = retries
+
+
+_configure_tensorstore_retries(paths.retry_policy())
+
+
 class Checkpointer:
     """Saves every `checkpoint_every` steps asynchronously, keeps the newest N."""
 
     def __init__(self, workdir: str, config: ml_collections.ConfigDict):
         self.directory = paths.as_path(workdir) / "checkpoints"
         self.damaged_directory = self.directory.parent / "checkpoints_damaged"
+        self._policy = paths.retry_policy()
+        # The step's directories are made in save() itself: made in the background, a
+        # failure there leaves orbax's other save threads waiting 300 s for its signal.
         options = ocp.CheckpointManagerOptions(
             max_to_keep=config.keep_checkpoints,
             enable_async_checkpointing=True,
+            async_options=ocp.AsyncOptions(
+                timeout_secs=max(1, math.ceil(self._policy.save_wait_s)),
+                create_directories_asynchronously=False,
+            ),
         )
-        self.manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=("state", "mems", "meta")
+        self.manager = paths.retry(
+            lambda: ocp.CheckpointManager(
+                self.directory, options=options, item_names=("state", "mems", "meta")
+            ),
+            f"listing the checkpoints in {self.directory}",
         )
+        self._in_flight: int | None = None  # the step of a save not yet known to be complete
+        self._failures = 0  # failed saves in a row
+        self.newest_complete: int | None = None
 
-    def save(self, state: TrainState, meta: dict) -> None:
-        """Starts an async save of `state` at its step (the loop decides when).
+    def save(self, state: TrainState, meta: dict) -> bool:
+        """Starts an async save of `state` at its step (the loop decides when); whether it
+        started. It does not start while the previous save is still writing after
+        save_wait_s, or when the previous one failed and this one cannot begin.
 
         The meta gains a checksum of every saved array, so a restore can tell bit rot from
         a good checkpoint: orbax itself reads a corrupted (not truncated) file silently.
         """
         step = int(jax.device_get(state.step))
+        if not self._settle(self._policy.save_wait_s):
+            self._failed(
+                step, f"the save of step {self._in_flight} was still writing after "
+                f"{self._policy.save_wait_s:g} s",
+            )  # fmt: skip
+            return False
         items = _state_items(state)
         meta = {
             **meta,
             "checksums": {"state": tree_checksums(items), "mems": tree_checksums(state.mems)},
         }
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(items),
-                mems=ocp.args.StandardSave({"mems": state.mems}),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
-        )
+        try:
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(items),
+                    mems=ocp.args.StandardSave({"mems": state.mems}),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+        except Exception as e:  # noqa: BLE001 - the synchronous part failed (a storage error)
+            self._failed(step, one_line(e))
+            return False
+        self._in_flight = step
+        return True
+
+    def poll(self) -> None:
+        """Learns, without waiting, whether the save in flight completed or failed."""
+        if self._in_flight is not None and not self.manager.is_saving_in_progress():
+            self._settle(0)
 
     def wait(self) -> None:
-        """Blocks until the in-flight save is on disk."""
-        self.manager.wait_until_finished()
+        """Waits (at most save_wait_s) until the in-flight save is complete; CheckpointError
+        if it failed or is still writing."""
+        if not self._settle(self._policy.save_wait_s, final=True):
+            raise CheckpointError(self._gave_up())
 
     def close(self) -> None:
-        """Waits for the in-flight save, then releases orbax's threads."""
-        self.manager.wait_until_finished()
+        """Waits (at most save_wait_s) for the in-flight save, then releases orbax's threads.
+
+        A save still writing then is given up with CheckpointError (the CLI exits without
+        waiting for orbax's threads), naming the newest complete step.
+        """
+        if not self._settle(self._policy.save_wait_s, final=True):
+            raise CheckpointError(self._gave_up())
         self.manager.close()
+
+    def _settle(self, timeout: float, final: bool = False) -> bool:
+        """Waits up to `timeout` s for the save in flight and records how it ended; False
+        if it is still writing. A failure is reported by _failed (raised when `final`)."""
+        if self._in_flight is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while self.manager.is_saving_in_progress():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        step, self._in_flight = self._in_flight, None
+        try:
+            self.manager.wait_until_finished()  # raises the failure of the save just ended
+        except Exception as e:  # noqa: BLE001 - any failed write, reported in one line
+            self._failed(step, one_line(e), final=final)
+            return True
+        self._failures, self.newest_complete = 0, step
+        return True
+
+    def _failed(self, step: int, reason: str, final: bool = False) -> None:
+        """Reports a failed save in one line; raises once too many failed in a row."""
+        self._failures += 1
+        newest = f"step {self.newest_complete}" if self.newest_complete else "none"
+        if final or self._failures >= self._policy.failed_saves:
+            raise CheckpointError(
+                f"The checkpoint save of step {step} failed ({reason}); "
+                f"{self._failures} save(s) in a row failed. The newest complete checkpoint "
+                f"is {newest} in {self.directory}: rerun when storage answers, training "
+                "resumes from it."
+            )
+        log.error(
+            "The checkpoint save of step %d failed (%s); training goes on and saves again at "
+            "the next interval (newest complete checkpoint: %s).",
+            step,
+            reason,
+            newest,
+        )
+
+    def _gave_up(self) -> str:
+        newest = f"step {self.newest_complete}" if self.newest_complete else "none"
+        return (
+            f"The checkpoint save of step {self._in_flight} was still writing after "
+            f"{self._policy.save_wait_s:g} s (storage unreachable?); gave it up. The newest "
+            f"complete checkpoint is {newest} in {self.directory}: rerun when storage "
+            "answers, training resumes from it."
+        )
 
     def steps(self) -> list[int]:
         """The finalised steps, oldest first (orbax skips unfinished *.orbax-checkpoint-tmp)."""
@@ -95,15 +206,17 @@ class Checkpointer:
         model or corpus stops the run at once. Readers that do not own the workdir (eval)
         pass move_damaged=False: the damaged step is named and left where it is.
         """
-        self._warn_unfinished_writes()
+        paths.retry(self._warn_unfinished_writes, f"listing {self.directory}")
         steps = self.steps()
-        unreadable = []
+        unreadable, network = [], set()
         for step in reversed(steps):
             state, reason = None, None
             try:
                 state = self._restore_step(step, abstract_state, config, corpus_fingerprint)
             except DamagedStep as e:
                 reason = str(e)
+                if _storage_fault(e.__cause__ or e):
+                    network.add(step)
             if not _on_every_process(reason is None):  # all processes fall back together
                 reason = reason or "unreadable on another process"
                 log.info(
@@ -111,8 +224,9 @@ class Checkpointer:
                 )
                 unreadable.append((step, reason))
                 continue
+            self.newest_complete = step
             for bad_step, reason in unreadable:
-                if move_damaged:
+                if move_damaged and bad_step not in network:
                     self._quarantine(bad_step, reason, fallback=step)
                 else:
                     log.warning(
@@ -129,7 +243,7 @@ class Checkpointer:
                 "changed since they were saved, use the saved one (each step's meta/metadata); "
                 "if the files are damaged, restore them from a backup. Nothing was moved."
             )
-        self._refuse_to_start_over()
+        paths.retry(self._refuse_to_start_over, f"listing {self.damaged_directory}")
         return None
 
     def _restore_step(
@@ -145,7 +259,7 @@ class Checkpointer:
         try:
             meta = self.manager.restore(step, args=meta_only)["meta"]
         except Exception as e:  # noqa: BLE001 - any unreadable metadata means damaged
-            raise DamagedStep(f"meta unreadable: {one_line(e)}") from None
+            raise DamagedStep(f"meta unreadable: {one_line(e)}") from e
         if not looks_like_meta(meta):
             raise DamagedStep("meta is not an xlnet-jax checkpoint's")
         check_compatible(meta, config, corpus_fingerprint, path)
@@ -160,7 +274,7 @@ class Checkpointer:
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(**args))
         except Exception as e:  # noqa: BLE001 - truncated or missing array files
-            raise DamagedStep(f"arrays unreadable: {one_line(e)}") from None
+            raise DamagedStep(f"arrays unreadable: {one_line(e)}") from e
         checksums = meta.get("checksums", {})
         verify_checksums(restored["state"], checksums.get("state"), "state")
         if not same_memory:
@@ -217,6 +331,13 @@ class Checkpointer:
 
 
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"
+# How tensorstore words a request that failed after its retries (it raises ValueError).
+_STORAGE_WORDS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "503", "429")
+
+
+def _storage_fault(error: BaseException) -> bool:
+    """Whether a failed read was storage failing, not the step's files: never moved aside."""
+    return paths.is_transient(error) or any(word in str(error) for word in _STORAGE_WORDS)
 
 
 def _on_every_process(ok: bool) -> bool:

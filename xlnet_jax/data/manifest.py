@@ -93,7 +93,7 @@ def load_manifest(corpus_dir: str) -> Manifest:
     """The manifest of a prepared corpus, or a DataError saying how to prepare one."""
     target = paths.as_path(corpus_dir) / MANIFEST_FILE
     try:
-        fields = json.loads(target.read_text())
+        fields = json.loads(paths.retry(target.read_text, f"reading {target}"))
     except FileNotFoundError:
         raise DataError(
             f"{corpus_dir} is not a prepared corpus (no {MANIFEST_FILE}); run "

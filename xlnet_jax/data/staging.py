@@ -3,7 +3,9 @@
 ArrayRecord (and so tfds's data source) reads local files only, so a `gs://` corpus is
 copied to each host's disk before training. Every staged file is checked against the
 sha256 the manifest records for it; a file already staged with the right hash is not
-downloaded again, so a restarted run on the same host starts at once.
+downloaded again, so a restarted run on the same host starts at once. Downloads retry
+transient faults (paths.retry), and a file that arrives with another sha256 (damaged or
+cut short on the way) is fetched again, up to FETCHES times, before it is reported.
 
 Publishing uploads the manifest last: it marks a complete corpus, so a reader never
 sees a half-uploaded one as prepared.
@@ -33,6 +35,7 @@ from xlnet_jax.errors import DataError
 log = logging.getLogger(__name__)
 
 _OWNED = (MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME)
+FETCHES = 3  # downloads of one file whose sha256 differs before it counts as changed
 
 
 def dataset_files(corpus_dir: str) -> dict[str, dict]:
@@ -68,16 +71,7 @@ def stage_corpus(manifest: Manifest) -> Manifest:
         if os.path.exists(target) and _sha256(target) == expected["sha256"]:
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = f"{target}.{os.getpid()}.tmp"
-        with (remote / relative).open("rb") as source, open(tmp, "wb") as copy:
-            digest, size = _copy(source, copy)
-        if digest != expected["sha256"]:
-            os.remove(tmp)
-            raise DataError(
-                f"{remote / relative}: its sha256 differs from the one in {MANIFEST_FILE}; the "
-                "corpus was changed or damaged after preparing. Prepare it again."
-            )
-        os.replace(tmp, target)  # atomic: another process on this host may stage too
+        size = _fetch(remote / relative, target, expected["sha256"])
         fetched, fetched_bytes = fetched + 1, fetched_bytes + size
     staged = dataclasses.replace(manifest, path=local)
     save_manifest(staged)
@@ -92,6 +86,27 @@ def stage_corpus(manifest: Manifest) -> Manifest:
         len(wanted),
     )
     return staged
+
+
+def _fetch(source, target: str, sha256: str) -> int:
+    """Downloads `source` to `target` (atomically) if its sha256 is `sha256`; its size."""
+    tmp = f"{target}.{os.getpid()}.tmp"
+
+    def download() -> tuple[str, int]:
+        with source.open("rb") as remote, open(tmp, "wb") as copy:
+            return _copy(remote, copy)
+
+    for fetch in range(1, FETCHES + 1):
+        digest, size = paths.retry(download, f"downloading {source}")
+        if digest == sha256:
+            os.replace(tmp, target)  # atomic: another process on this host may stage too
+            return size
+        log.warning("%s arrived with another sha256 (fetch %d of %d).", source, fetch, FETCHES)
+    os.remove(tmp)
+    raise DataError(
+        f"{source}: its sha256 differs from the one in {MANIFEST_FILE} in {FETCHES} downloads; "
+        "the corpus was changed or damaged after preparing. Prepare it again."
+    )
 
 
 @contextlib.contextmanager
@@ -143,11 +158,15 @@ def _publish(local: str, out_dir: str) -> None:
     for relative in sorted(relatives, key=lambda r: r == MANIFEST_FILE):
         if relative.split(os.sep)[0] == "cache":
             continue
-        with (
-            open(os.path.join(local, relative), "rb") as source,
-            (root / relative).open("wb") as copy,
-        ):
-            _copy(source, copy)
+
+        def upload(relative: str = relative) -> None:
+            with (
+                open(os.path.join(local, relative), "rb") as source,
+                (root / relative).open("wb") as copy,
+            ):
+                _copy(source, copy)
+
+        paths.retry(upload, f"uploading {root / relative}")
     log.info("Published the corpus to %s (%d files).", out_dir, len(relatives))
 
 

@@ -12,11 +12,17 @@ is a lease, an object holding {holder, host, pid, token}:
   on the generation that was read stale, so of two takers exactly one wins.
 - Release deletes it, conditioned on the holder's generation.
 
-What it guarantees: two live runs never both hold one lease. What it does not: a holder
-stalled (or cut off from GCS) for longer than TTL loses the lease to a new run; it learns
-so at its next renewal, after which `check()` raises and the run stops before its next
-save. Staleness compares GCS's clock with this host's: hosts need clocks within a few
-seconds of true time, as on Google Cloud VMs.
+Under faults (paths.retry): a failed renewal is retried until shortly before the lease
+would expire (TTL after the newest renewal was sent, less TTL/6); a renewal whose write
+landed but whose reply was lost meets 412 on its retry, finds its own token in the object
+and carries on. The holder counts itself lost once that time passes without a renewal, or
+on any error it cannot retry, or when another run took the lease over: `check()` then
+raises and the run stops before its next save, whatever state the renewal thread is in.
+
+What it guarantees: two live runs never both hold one lease: a taker needs the lease
+unrenewed for TTL, and the holder stops counting on it TTL/6 before that. Staleness
+compares GCS's clock with this host's: hosts need clocks within a few seconds of true
+time, as on Google Cloud VMs.
 """
 
 import datetime
@@ -25,11 +31,13 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 
 import gcsfs
 
-from xlnet_jax.errors import WorkdirError
+from xlnet_jax import paths
+from xlnet_jax.errors import StorageError, WorkdirError
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +61,10 @@ class ObjectLease:
                 "token": self._token,
             }  # fmt: skip
         ).encode()
-        self._generation = self._acquire()
         self._lost: str | None = None
+        sent = time.monotonic()
+        self._generation = paths.retry(self._acquire, f"taking the workdir lease {url}")
+        self._valid_until = sent + ttl
         self._stop = threading.Event()
         self._renewer = threading.Thread(target=self._renew_loop, daemon=True, name="lease")
         self._renewer.start()
@@ -79,6 +89,9 @@ class ObjectLease:
         try:
             generation = self._upload(if_generation=generation)
         except FileExistsError:
+            held = self._read()
+            if held is not None and held[0].get("token") == self._token:
+                return held[1]  # our takeover landed; its reply was lost
             raise WorkdirError(
                 f"Another run took over the stale workdir lease {self.url} just now; use a "
                 "different --workdir or stop that run."
@@ -139,38 +152,80 @@ class ObjectLease:
         return str(reply["generation"])
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self._ttl / 3) and self._renew():
-            pass
+        try:
+            while not self._stop.wait(self._ttl / 3) and self._lost is None and self._renew():
+                pass
+        except BaseException as e:  # noqa: BLE001 - the thread never dies silently
+            self._lose(f"its renewal failed: {type(e).__name__}: {e}")
 
     def _renew(self) -> bool:
-        """One renewal; False once the lease is lost (another run took it over)."""
+        """One renewal, retried until shortly before expiry; False once the lease is lost."""
+        try:
+            paths.retry(
+                self._renew_once,
+                f"renewing the workdir lease {self.url}",
+                deadline=self._valid_until - self._ttl / 6,
+            )
+            return True
+        except FileExistsError:
+            self._lose("another run took it over")
+        except StorageError:
+            self._lose(f"storage did not answer for {self._ttl * 5 / 6:.0f} s of renewals")
+        except Exception as e:  # noqa: BLE001 - 403 and the like: not retried, not hidden
+            self._lose(f"its renewal failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+        return False
+
+    def _renew_once(self) -> None:
+        """Renews under our generation; a 412 whose object holds our token means our
+        previous attempt landed and only its reply was lost."""
+        sent = time.monotonic()
         try:
             self._generation = self._upload(if_generation=self._generation)
         except FileExistsError:
-            self._lost = "another run took it over"
-            log.error("Lost the workdir lease %s: %s.", self.url, self._lost)
-            return False
-        except OSError as e:
-            log.warning("Could not renew the workdir lease %s (%s); retrying.", self.url, e)
-        return True
+            held = self._read()
+            if held is None or held[0].get("token") != self._token:
+                raise
+            _, self._generation, age = held
+            sent = time.monotonic() - max(age, 0.0)
+        self._valid_until = sent + self._ttl
+
+    def _lose(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+            log.error("Lost the workdir lease %s: %s.", self.url, reason)
 
     def check(self) -> None:
-        """Raises WorkdirError if the lease was lost, so the run stops before writing more."""
+        """Raises WorkdirError if the lease was lost or is near expiry unrenewed, so the run
+        stops before writing more."""
+        if self._lost is None and time.monotonic() > self._valid_until - self._ttl / 6:
+            self._lose(f"not renewed for {self._ttl * 5 / 6:.0f} s; another run may take it")
         if self._lost:
             raise WorkdirError(
                 f"The workdir lease {self.url} was lost ({self._lost}); stopping before the "
-                "next save. Rerun when the other run is gone: training resumes."
+                "next save. Rerun when the other run is gone or storage answers: training "
+                "resumes."
             )
 
     def release(self) -> None:
-        """Stops renewing and deletes the lease if it is still ours."""
+        """Stops renewing and deletes the lease if it is still ours (best effort: a lease
+        left behind expires after TTL, or at once for a rerun on this host)."""
         self._stop.set()
-        self._renewer.join()
+        self._renewer.join(timeout=self._ttl)
         if self._lost:
             return
         try:
-            self._fs.call(
-                "DELETE", "b/{}/o/{}", self._bucket, self._key, ifGenerationMatch=self._generation
+            paths.retry(
+                lambda: self._fs.call(
+                    "DELETE",
+                    "b/{}/o/{}",
+                    self._bucket,
+                    self._key,
+                    ifGenerationMatch=self._generation,
+                ),
+                f"releasing the workdir lease {self.url}",
+                deadline=time.monotonic() + self._ttl / 3,
             )
         except (FileExistsError, FileNotFoundError):
             pass
+        except StorageError as e:
+            log.warning("%s It expires %.0f s after its last renewal.", e, self._ttl)

@@ -78,14 +78,18 @@ def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock | Object
     (object_lease.py), since object storage has no locks.
     """
     root = paths.as_path(workdir)
-    if root.exists() and not root.is_dir():
+    if paths.retry(lambda: root.exists() and not root.is_dir(), f"checking {root}"):
         raise WorkdirError(f"Workdir {root} is a file, not a directory; pick another --workdir.")
-    try:
+    probe = root / f".write-test-{jax.process_index()}-{os.getpid()}"
+
+    def write_probe() -> None:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-test-{jax.process_index()}-{os.getpid()}"
         probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as e:
+        probe.unlink(missing_ok=True)  # a retry after a lost reply finds it gone
+
+    try:
+        paths.retry(write_probe, f"probing that {root} is writable")
+    except OSError as e:  # 403 and other answers; transient faults are retried above
         raise WorkdirError(
             f"Workdir {root} is not writable ({e.strerror or e}); pick another --workdir."
         ) from None

@@ -5,7 +5,10 @@ tensorflow is needed. Only the primary process writes.
 
 Object storage cannot append, so for a gs:// workdir both sinks are written to a local
 mirror (seeded with the workdir's metrics.jsonl) and each file is uploaded whole after
-every write: a kill loses nothing that was logged.
+every write, by a thread of its own: training never waits on storage. An upload that
+fails is retried from the mirror at the next write or after a backoff (paths.RetryPolicy),
+so nothing is dropped; close() uploads once more, within the policy's budget, and if
+storage still fails it says so in one line and keeps the mirror.
 """
 
 import json
@@ -14,6 +17,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -50,14 +54,20 @@ class MetricsWriter:
         self._remote = paths.as_path(workdir) if paths.is_remote(workdir) else None
         root = pathlib.Path(tempfile.mkdtemp(prefix="xlnet-metrics-") if self._remote else workdir)
         self.jsonl_path = root / "metrics.jsonl"
-        if self._remote and (self._remote / "metrics.jsonl").exists():
-            self.jsonl_path.write_bytes((self._remote / "metrics.jsonl").read_bytes())
+        if self._remote:
+            remote_jsonl = self._remote / "metrics.jsonl"
+            try:
+                seed = paths.retry(remote_jsonl.read_bytes, f"reading {remote_jsonl}")
+                self.jsonl_path.write_bytes(seed)
+            except FileNotFoundError:
+                pass
         _end_torn_line(self.jsonl_path)
         self._root = root
         if drop is not None:
             _drop_records(self.jsonl_path, drop)
         self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
         self._events = EventFileWriter(str(root / "tensorboard" / "train"))
+        self._uploader = _Uploader(root, self._remote) if self._remote else None
 
     def write(self, step: int, scalars: dict[str, float], *, kind: str = "train") -> None:
         """Records `scalars` at `step` in both sinks and flushes, so a kill loses nothing."""
@@ -75,26 +85,80 @@ class MetricsWriter:
         )
         self._events.add_event(event)
         self._events.flush()
-        self._upload()
+        if self._uploader is not None:
+            self._uploader.request()
 
-    def _upload(self) -> None:
-        """Copies the mirror's files whole to a gs:// workdir (nothing to do when local)."""
-        if self._remote is None:
-            return
+    def close(self) -> None:
+        """Flushes and closes both sinks; a gs:// workdir gets its last upload, and its local
+        mirror is removed once that succeeded."""
+        if self.enabled:
+            self._jsonl.close()
+            self._events.close()
+            if self._uploader is not None and self._uploader.close():
+                shutil.rmtree(self._root, ignore_errors=True)
+
+
+class _Uploader:
+    """Copies a local mirror's files whole to a gs:// directory, in a thread of its own."""
+
+    def __init__(self, root: pathlib.Path, remote):
+        self._root, self._remote = root, remote
+        self._policy = paths.retry_policy()
+        self._wanted, self._closed = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="metrics-upload")
+        self._thread.start()
+
+    def request(self) -> None:
+        """Asks for an upload of everything written so far; returns at once."""
+        self._wanted.set()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._closed.is_set():
+            self._wanted.wait(self._policy.delay(failures) if failures else None)
+            if self._closed.is_set():
+                return
+            self._wanted.clear()
+            try:
+                self._copy()
+            except Exception as e:  # noqa: BLE001 - kept in the mirror, retried later
+                if not failures:
+                    log.warning(
+                        "Could not upload the metrics to %s (%s); they stay in %s and are "
+                        "uploaded again shortly.",
+                        self._remote,
+                        str(e).splitlines()[0] if str(e) else type(e).__name__,
+                        self._root,
+                    )
+                failures += 1
+                continue
+            if failures:
+                log.info("Metrics uploaded to %s again.", self._remote)
+            failures = 0
+
+    def _copy(self) -> None:
         for directory, _, names in os.walk(self._root):
             for name in names:
                 local = os.path.join(directory, name)
                 target = self._remote / os.path.relpath(local, self._root)
                 target.write_bytes(pathlib.Path(local).read_bytes())
 
-    def close(self) -> None:
-        """Flushes and closes both sinks (and removes a gs:// workdir's local mirror)."""
-        if self.enabled:
-            self._jsonl.close()
-            self._events.close()
-            if self._remote is not None:
-                self._upload()
-                shutil.rmtree(self._root, ignore_errors=True)
+    def close(self) -> bool:
+        """Stops the thread and uploads once more within the retry budget; whether it did."""
+        self._closed.set()
+        self._wanted.set()
+        self._thread.join(timeout=1)  # an upload in flight finishes on its own
+        try:
+            paths.retry(self._copy, f"uploading the metrics to {self._remote}")
+            return True
+        except Exception as e:  # noqa: BLE001 - one line; the mirror keeps everything
+            log.error(
+                "%s The metrics stay in %s; copy them to %s by hand.",
+                str(e).splitlines()[0],
+                self._root,
+                self._remote,
+            )
+            return False
 
 
 def _end_torn_line(path: pathlib.Path) -> None:

@@ -38,10 +38,10 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
 def load(workdir: str) -> ml_collections.ConfigDict | None:
     """The config saved in `workdir`, or None if the run has not saved one."""
     path = paths.as_path(workdir) / CONFIG_FILE
-    if not path.is_file():
+    if not paths.retry(path.is_file, f"looking for {path}"):
         return None
     try:
-        fields = json.loads(path.read_text())
+        fields = json.loads(paths.retry(path.read_text, f"reading {path}"))
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path} is unreadable ({e}); pass --config instead.") from None
     fields["logical_axis_rules"] = tuple(
@@ -60,14 +60,17 @@ def save(workdir: str, config: ml_collections.ConfigDict) -> None:
 def newest_step(workdir: str) -> int | None:
     """The newest finished checkpoint step in `workdir` (without opening it), or None."""
     directory = paths.as_path(workdir) / "checkpoints"
-    if not directory.is_dir():
-        return None
-    done = [
-        int(p.name)
-        for p in directory.iterdir()
-        if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists()
-    ]
-    return max(done, default=None)
+
+    def finished() -> list[int]:
+        if not directory.is_dir():
+            return []
+        return [
+            int(p.name)
+            for p in directory.iterdir()
+            if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists()
+        ]
+
+    return max(paths.retry(finished, f"listing {directory}"), default=None)
 
 
 def _plain(config: ml_collections.ConfigDict) -> dict:

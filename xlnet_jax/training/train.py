@@ -347,6 +347,7 @@ def _train(
             with jax.transfer_guard("disallow"):
                 state, metrics = step_fn(state, batch)
             pending.append(metrics)
+            checkpointer.poll()  # a save that ended is reported now, not at the next save
             done = step + 1
             profiler.after_step(done, metrics)
             # Steps counted from this run's start: JAX's sync protocol puts the save at one
@@ -386,8 +387,8 @@ def _train(
                 lock.check()
                 needed = checkpoint_bytes + MIN_FREE_BYTES
                 check_free_space(workdir, needed, f"saving step {done}")
-                checkpointer.save(state, make_meta(config, fingerprint, done))
-                last_saved = done
+                if checkpointer.save(state, make_meta(config, fingerprint, done)):
+                    last_saved = done
             if stop:
                 checkpointer.wait()
                 progress.note(

@@ -1,0 +1,171 @@
+"""Checkpoint saves on gs:// under storage faults, through the fault proxy (transient
+faults: the end-to-end test, tests/test_gcs_faults_e2e.py). A save under an outage fails
+in one line, training goes on, the failed step is never complete; failed saves in a row
+stop the run naming the newest complete step; a save that stalls is given up after
+save_wait_s. gcsfs's and tensorstore's retries are cut short here so that each test takes
+seconds; every wait is bounded."""
+
+import logging
+import time
+
+import gcsfs
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gcsfs.retry import retry_request
+
+from tests import gcs_emulator, gcs_faults, train_config
+from tests import train_harness as harness
+from tests.gcs_faults import Fault
+from xlnet_jax import paths
+from xlnet_jax.checkpoint import checkpointer as checkpointer_module
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
+from xlnet_jax.checkpoint.meta import make_meta
+from xlnet_jax.checkpoint.train_state import TrainState
+from xlnet_jax.errors import CheckpointError
+
+ROOT = f"gs://{gcs_emulator.BUCKET}"
+FAST = "attempts=2,first_delay_s=0.05,max_delay_s=0.1,budget_s=2,save_wait_s=20,failed_saves=3"
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        gcs_faults.running(seed=11) as proxy,
+        gcs_emulator.pointed_at(proxy.url),
+    ):
+        patch.setenv(paths.RETRY_ENV, FAST)
+        single = retry_request(retries=2)(gcsfs.GCSFileSystem._request.__wrapped__)
+        patch.setattr(gcsfs.GCSFileSystem, "_request", single)
+        checkpointer_module._configure_tensorstore_retries(paths.retry_policy())
+        yield proxy
+    checkpointer_module._configure_tensorstore_retries(paths.RetryPolicy())
+
+
+@pytest.fixture(autouse=True)
+def _fresh(proxy):
+    proxy.clear()
+    proxy.counts.clear()
+    yield
+    proxy.clear()
+
+
+CONFIG = train_config.get_config()
+
+
+def _state(step: int) -> TrainState:
+    key = jax.random.key(step)
+    return TrainState(
+        step=jnp.int32(step),
+        params={"w": jax.random.normal(key, (64, 32)), "b": jnp.arange(32.0)},
+        opt_state={"mu": jnp.full((64, 32), step, jnp.float32)},
+        mems=jnp.zeros((CONFIG.n_layer, CONFIG.batch_size, CONFIG.mem_len, CONFIG.d_model)),
+        rng=jax.random.key_data(key),
+        skipped_steps=jnp.int32(0),
+    )
+
+
+def _save(checkpointer: Checkpointer, step: int) -> bool:
+    return checkpointer.save(_state(step), make_meta(CONFIG, "fingerprint", step))
+
+
+def _settled(checkpointer: Checkpointer, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while checkpointer._in_flight is not None:
+        assert time.monotonic() < deadline, "the save neither completed nor failed"
+        checkpointer.poll()
+        time.sleep(0.05)
+
+
+def _restored(workdir: str) -> TrainState:
+    reader = Checkpointer(workdir, CONFIG)
+    try:
+        return reader.restore(_state(0), CONFIG, "fingerprint", move_damaged=False)
+    finally:
+        reader.close()
+
+
+def test_the_tensorstore_contexts_carry_the_retry_policy(proxy):
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    spec = ts_utils.get_ts_context(use_ocdbt=True).spec.to_json()
+    assert spec["gcs_request_retries"]["max_retries"] == 2
+
+
+def test_a_save_under_an_outage_fails_in_one_line_and_the_next_one_succeeds(proxy, caplog):
+    workdir = f"{ROOT}/ckpt-outage"
+    checkpointer = Checkpointer(workdir, CONFIG)
+    assert _save(checkpointer, 2)
+    _settled(checkpointer)
+    proxy.outage(4)
+    with caplog.at_level(logging.ERROR, logger="xlnet_jax"):
+        _save(checkpointer, 4)  # its start or its async write fails
+        _settled(checkpointer)
+    failed = [r.getMessage() for r in caplog.records if "save of step 4 failed" in r.getMessage()]
+    assert len(failed) == 1 and "training goes on" in failed[0] and "step 2" in failed[0]
+    assert 4 not in checkpointer.steps()
+    deadline = time.monotonic() + 20
+    while proxy.in_outage():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert _save(checkpointer, 6)
+    checkpointer.close()
+    assert checkpointer.newest_complete == 6
+    reader = Checkpointer(workdir, CONFIG)
+    assert reader.steps() == [2, 6]  # the failed step 4 never reads as complete
+    reader.close()
+    harness.assert_trees_equal(_restored(workdir), _state(6))
+    assert proxy.injected("outage") > 0
+
+
+def test_failed_saves_in_a_row_stop_the_run_naming_the_newest_complete_step(proxy):
+    checkpointer = Checkpointer(f"{ROOT}/ckpt-give-up", CONFIG)
+    assert _save(checkpointer, 1)
+    _settled(checkpointer)
+    proxy.add(Fault("status", status=503, classes=("write", "chunk")))
+    with pytest.raises(CheckpointError, match="3 save.s. in a row failed.* step 1 in gs://"):
+        for step in (2, 3, 4, 5):
+            _save(checkpointer, step)
+            _settled(checkpointer)
+    proxy.clear()
+
+
+def test_a_stalled_save_is_given_up_after_its_bound(proxy, monkeypatch, caplog):
+    monkeypatch.setenv(paths.RETRY_ENV, FAST.replace("save_wait_s=20", "save_wait_s=0.5"))
+    checkpointer = Checkpointer(f"{ROOT}/ckpt-stall", CONFIG)
+    proxy.add(Fault("stall", stall_s=4, classes=("write", "chunk"), times=1))
+    start = time.monotonic()
+    assert _save(checkpointer, 1)
+    with caplog.at_level(logging.ERROR, logger="xlnet_jax"):
+        assert not _save(checkpointer, 2)  # step 1 still writing: step 2 is not started
+    assert any("still writing after 0.5 s" in r.getMessage() for r in caplog.records)
+    with pytest.raises(CheckpointError, match="still writing after 0.5 s.*gave it up"):
+        checkpointer.close()
+    assert time.monotonic() - start < 3  # the loop and the exit waited 0.5 s each, not 4
+    np.testing.assert_equal(proxy.injected("stall"), 1)
+    checkpointer.manager.wait_until_finished()  # let the stalled write end before teardown
+    checkpointer.manager.close()
+
+
+def test_a_step_unreadable_for_a_storage_error_is_skipped_but_never_moved(proxy, caplog):
+    workdir = f"{ROOT}/ckpt-restore"
+    checkpointer = Checkpointer(workdir, CONFIG)
+    for step in (2, 4):
+        assert _save(checkpointer, step)
+        _settled(checkpointer)
+    checkpointer.close()
+    proxy.add(Fault("status", status=503, classes=("read",), match="checkpoints/4/"))
+    reader = Checkpointer(workdir, CONFIG)
+    with caplog.at_level(logging.WARNING, logger="xlnet_jax"):
+        restored = reader.restore(_state(0), CONFIG, "fingerprint")  # may move damaged steps
+    reader.close()
+    proxy.clear()
+    harness.assert_trees_equal(restored, _state(2))
+    assert proxy.injected("503", "read") > 0
+    assert (paths.as_path(workdir) / "checkpoints" / "4" / "commit_success.txt").exists()
+    assert not (paths.as_path(workdir) / "checkpoints_damaged").exists()
+    assert any(
+        "step 4" in r.getMessage() and "left in place" in r.getMessage() for r in caplog.records
+    )

@@ -1,0 +1,101 @@
+"""Staging a gs:// corpus under storage faults, through the fault proxy: transient faults
+and a file that arrives damaged are fetched again; a file that stays different is refused;
+`prepare --out gs://` uploads manifest.json last."""
+
+import hashlib
+import os
+
+import pytest
+
+from tests import gcs_emulator, gcs_faults
+from tests.gcs_faults import Fault
+from xlnet_jax import paths
+from xlnet_jax.data import staging
+from xlnet_jax.data.manifest import MANIFEST_FILE, Manifest
+from xlnet_jax.errors import DataError
+
+ROOT = f"gs://{gcs_emulator.BUCKET}"
+FILES = {"xlnet_corpus/1.0.0/train.array_record": os.urandom(3000), "spm.model": b"tokenizer"}
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        gcs_faults.running(seed=17) as proxy,
+        gcs_emulator.pointed_at(proxy.url),
+    ):
+        patch.setenv(paths.RETRY_ENV, "first_delay_s=0.05,max_delay_s=0.2,budget_s=30")
+        patch.setenv(paths.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+        yield proxy
+
+
+@pytest.fixture(autouse=True)
+def _fresh(proxy):
+    proxy.clear()
+    proxy.counts.clear()
+    yield
+    proxy.clear()
+
+
+def _remote_corpus(name: str) -> Manifest:
+    root = paths.as_path(f"{ROOT}/{name}")
+    for relative, data in FILES.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(data)
+    digests = {r: hashlib.sha256(d).hexdigest() for r, d in FILES.items()}
+    dataset = next(r for r in FILES if r != "spm.model")
+    return Manifest(
+        path=str(root), format_version=1, vocab_size=7, special_ids={}, normalization={},
+        inputs=[], splits={}, validation_fraction=0.1, seed=name.__hash__() % 1000,
+        dataset={}, stats={},
+        tokenizer={"file": "spm.model", "sha256": digests["spm.model"]},
+        files={dataset: {"bytes": len(FILES[dataset]), "sha256": digests[dataset]}},
+    )  # fmt: skip
+
+
+def test_a_file_that_arrives_damaged_or_cut_is_fetched_again(proxy, caplog):
+    manifest = _remote_corpus("staged")
+    proxy.add(Fault("corrupt", classes=("read",), times=1))
+    proxy.add(Fault("reset", classes=("read",), times=1))
+    proxy.add(Fault("status", status=503, classes=("read",), times=1))
+    staged = staging.stage_corpus(manifest)
+    for relative, data in FILES.items():
+        with open(os.path.join(staged.path, relative), "rb") as f:
+            assert f.read() == data
+    assert proxy.injected("corrupt") == 1 and proxy.injected() == 3, proxy.counts
+    assert any(
+        "arrived with another sha256 (fetch 1 of 3)" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_a_file_that_stays_different_is_refused(proxy):
+    manifest = _remote_corpus("changed")
+    proxy.add(Fault("corrupt", classes=("read",), match="array_record"))
+    with pytest.raises(DataError, match=f"sha256 differs .* in {staging.FETCHES} downloads"):
+        staging.stage_corpus(manifest)
+    assert proxy.injected("corrupt") == staging.FETCHES
+
+
+def test_prepare_to_gs_uploads_the_manifest_last(proxy, tmp_path):
+    order = []
+    original = proxy._draw
+
+    def recording(request_class, url):
+        if request_class in ("write", "chunk"):
+            order.append(url)
+        return original(request_class, url)
+
+    proxy._draw = recording
+    try:
+        proxy.add(Fault("status", status=503, classes=("write",), times=2))
+        with staging.local_output(f"{ROOT}/published") as local:
+            for relative, data in {**FILES, MANIFEST_FILE: b"{}"}.items():
+                os.makedirs(os.path.dirname(os.path.join(local, relative)), exist_ok=True)
+                with open(os.path.join(local, relative), "wb") as f:
+                    f.write(data)
+    finally:
+        proxy._draw = original
+    assert MANIFEST_FILE in order[-1] and sum(MANIFEST_FILE in u for u in order) >= 1
+    assert proxy.injected("503", "write") == 2
+    assert (paths.as_path(f"{ROOT}/published") / MANIFEST_FILE).read_bytes() == b"{}"

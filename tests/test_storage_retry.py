@@ -1,0 +1,132 @@
+"""The one retry policy (paths.retry) and the startup checks that use it, through the fault
+proxy. gcsfs's own inner retries are cut to one attempt here, so the faults reach our layer
+in seconds instead of after gcsfs's ~31 s of retries; every wait is bounded."""
+
+import time
+
+import gcsfs
+import pytest
+from gcsfs.retry import HttpError, retry_request
+
+from tests import gcs_emulator, gcs_faults, train_config
+from tests.gcs_faults import Fault
+from xlnet_jax import paths
+from xlnet_jax.data.manifest import load_manifest
+from xlnet_jax.errors import ConfigError, DataError, StorageError
+from xlnet_jax.run.workdir import prepare_workdir
+from xlnet_jax.training import run_config
+
+ROOT = f"gs://{gcs_emulator.BUCKET}"
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        gcs_faults.running(seed=5) as proxy,
+        gcs_emulator.pointed_at(proxy.url),
+    ):
+        patch.setenv(paths.RETRY_ENV, "first_delay_s=0.05,max_delay_s=0.2,budget_s=15")
+        single = retry_request(retries=1)(gcsfs.GCSFileSystem._request.__wrapped__)
+        patch.setattr(gcsfs.GCSFileSystem, "_request", single)
+        yield proxy
+
+
+@pytest.fixture(autouse=True)
+def _fresh(proxy):
+    proxy.clear()
+    proxy.counts.clear()
+    yield
+    proxy.clear()
+
+
+def test_the_delay_grows_with_jitter_and_is_capped():
+    policy = paths.RetryPolicy(first_delay_s=1.0, max_delay_s=8.0)
+    for attempt, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 8.0)):
+        delays = {policy.delay(attempt) for _ in range(50)}
+        assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
+
+
+def test_the_policy_reads_its_overrides(monkeypatch):
+    monkeypatch.setenv(paths.RETRY_ENV, "attempts=3, budget_s=2.5")
+    assert paths.retry_policy() == paths.RetryPolicy(attempts=3, budget_s=2.5)
+    monkeypatch.setenv(paths.RETRY_ENV, "tries=3")
+    with pytest.raises(ConfigError, match="unknown field 'tries'"):
+        paths.retry_policy()
+
+
+@pytest.mark.parametrize(
+    "error, transient",
+    [
+        (HttpError({"code": 503}), True),
+        (HttpError({"code": 429}), True),
+        (HttpError({"code": 500}), True),
+        (ConnectionResetError(), True),
+        (TimeoutError(), True),
+        (HttpError({"code": 400}), False),
+        (OSError("Forbidden: gs://b/o"), False),  # gcsfs's 403
+        (FileNotFoundError("gs://b/o"), False),  # 404
+        (FileExistsError("gs://b/o"), False),  # 412
+        (ValueError("bad"), False),
+    ],
+)
+def test_what_is_transient(error, transient):
+    assert paths.is_transient(error) is transient
+
+
+def test_an_answer_is_never_retried():
+    calls = []
+
+    def forbidden():
+        calls.append(1)
+        raise FileExistsError("412")
+
+    with pytest.raises(FileExistsError):
+        paths.retry(forbidden, "writing", policy=paths.RetryPolicy(first_delay_s=0.01))
+    assert len(calls) == 1
+
+
+def test_retries_stop_at_the_attempt_bound_and_at_the_time_bound():
+    calls = []
+
+    def failing():
+        calls.append(time.monotonic())
+        raise ConnectionResetError("reset")
+
+    with pytest.raises(StorageError, match="failed 4 time.*while probing X .*ConnectionResetError"):
+        paths.retry(failing, "probing X", policy=paths.RetryPolicy(attempts=4, first_delay_s=0.01))
+    assert len(calls) == 4
+    calls.clear()
+    start = time.monotonic()
+    with pytest.raises(StorageError):
+        paths.retry(failing, "x", policy=paths.RetryPolicy(first_delay_s=0.05, budget_s=0.5))
+    # No sleep starts past the budget; 2 s of slack for a loaded machine's scheduling.
+    assert time.monotonic() - start < 0.5 + 2 and len(calls) >= 3
+
+
+def test_startup_checks_retry_transient_faults(proxy):
+    workdir, corpus = f"{ROOT}/startup/run", f"{ROOT}/startup/corpus"
+    for fault in (
+        Fault("status", status=503, times=2),
+        Fault("status", status=429, retry_after=0.1, times=1),
+        Fault("reset", times=2),
+    ):
+        proxy.add(fault)
+    lock = prepare_workdir(workdir, 0)  # the writability probe and the lease
+    lock.release()
+    config = train_config.get_config()
+    run_config.save(workdir, config)
+    assert run_config.load(workdir).to_dict() == config.to_dict()
+    assert run_config.newest_step(workdir) is None
+    paths.write_bytes_atomic(paths.as_path(corpus) / "manifest.json", b'{"format_version": -1}')
+    with pytest.raises(DataError, match="corpus format -1"):
+        load_manifest(corpus)  # read in spite of the faults: the content is what fails it
+    assert proxy.injected() == 5, proxy.counts
+
+
+def test_a_startup_check_that_outlasts_the_budget_says_storage_failed(proxy, monkeypatch):
+    monkeypatch.setenv(paths.RETRY_ENV, "first_delay_s=0.05,max_delay_s=0.1,budget_s=0.5")
+    proxy.outage(5)
+    with pytest.raises(StorageError, match="while (checking|probing that) .*injected, 503"):
+        prepare_workdir(f"{ROOT}/startup/out", 0)
+    assert proxy.injected("outage") >= 2
