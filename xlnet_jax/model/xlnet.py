@@ -54,18 +54,13 @@ def validate_model_config(cfg: ModelConfig) -> None:
         raise ValueError(
             f"attention_impl must be one of {ATTENTION_IMPLS}, got {cfg.attention_impl!r}"
         )
-    if cfg.attention_impl == "pallas" and cfg.dropatt > 0:
-        raise ValueError(
-            f"attention_impl: the pallas kernel has no attention dropout; set dropatt=0 "
-            f"(got {cfg.dropatt}) or use attention_impl='xla'"
-        )
 
 
 def uses_kernel(cfg: ModelConfig) -> bool:
     """Whether attention runs through the Pallas kernel: "pallas", or "auto" when the step is
-    traced for a TPU, without dropatt (the kernel has none; elsewhere it runs interpreted)."""
+    traced for a TPU (elsewhere the kernel runs interpreted: "auto" takes XLA there)."""
     if cfg.attention_impl == "auto":
-        return target_device().platform == "tpu" and cfg.dropatt == 0
+        return target_device().platform == "tpu"
     return cfg.attention_impl == "pallas"
 
 
