@@ -9,6 +9,7 @@ so that every case spans several query and key blocks with padding.
 
 import dataclasses
 import functools
+import importlib
 import types
 
 import flax.linen as nn
@@ -25,7 +26,7 @@ from xlnet_jax.model.kernels import masks, tiles
 from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.kernels import relative_attention as kernel_module
 from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
-from xlnet_jax.model.xlnet import XLNetLM, _kernel_rows, _stream_rows
+from xlnet_jax.model.xlnet import XLNetLM, _kernel_rows, _stream_rows, uses_kernel
 from xlnet_jax.objective import plm
 from xlnet_jax.run.validate import ConfigError, validate_config
 from xlnet_jax.training import sharding
@@ -336,6 +337,15 @@ def test_attention_impl_is_validated_up_front():
     for impl in ("xla", "pallas", "auto"):
         config.update(attention_impl=impl, dropatt=0.1)
         validate_config(config)
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "base", "large"])
+def test_every_config_takes_auto_which_is_xla_on_this_cpu(name):
+    """auto is the default; traced for this CPU it is the XLA path, dropout or not."""
+    config = importlib.import_module(f"configs.{name}").get_config()
+    assert config.attention_impl == "auto"
+    model = ModelConfig.from_config(config)
+    assert not uses_kernel(dataclasses.replace(model, dropatt=0.1))
 
 
 def test_pallas_on_a_gpu_mesh_is_refused_up_front():
