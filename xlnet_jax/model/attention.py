@@ -162,8 +162,11 @@ class TwoStreamRelativeAttention(nn.Module):
         v = nn.with_logical_constraint(jnp.einsum("bkd,dnh->bknh", keys_in, w_v), head_axes)
         k_r = jnp.einsum("brd,dnh->brnh", pos_emb, w_r)
         num_keys = k.shape[1]
-        if dropatt and max(num_keys, g.shape[1], h.shape[1]) > dropout.MAX_INDEX:
-            raise ValueError(f"dropatt needs at most {dropout.MAX_INDEX} keys and query rows")
+        if dropatt and num_keys > dropout.MAX_INDEX:
+            raise ValueError(
+                f"dropatt > 0 numbers at most {dropout.MAX_INDEX} keys (memory + segment), "
+                f"got {num_keys}; set dropatt=0 or shorten mem_len / seq_len"
+            )
 
         def attend(x: jax.Array, rows: QueryRows | KernelRows, rows_axis: str) -> jax.Array:
             """Attention of the query rows x [B, Q, D] over all keys; returns [B, Q, D]."""
