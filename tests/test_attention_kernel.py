@@ -1,13 +1,15 @@
 """The Pallas relative attention kernel (interpret mode, float32) against the XLA path.
 
 One attention layer (both streams) runs once with the XLA path's dense masks and once with
-the kernel's O(B·L) vectors, same params and inputs; outputs must agree within 1e-5 and
-the gradients of every param and input within 1e-4 (relative to the largest entry). The
-tile is shrunk to 8 so that every case spans several query and key blocks with padding.
+the kernel's O(B·L) vectors, same params and inputs (and the same dropout rng, so with
+dropatt both drop the same entries); outputs must agree within 1e-5 and the gradients of
+every param and input within 1e-4 (relative to the largest entry). The tile is shrunk to 8
+so that every case spans several query and key blocks with padding.
 """
 
 import dataclasses
 import functools
+import importlib
 import types
 
 import flax.linen as nn
@@ -24,7 +26,7 @@ from xlnet_jax.model.kernels import masks, tiles, triton_attention
 from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.kernels import relative_attention as kernel_module
 from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
-from xlnet_jax.model.xlnet import XLNetLM, _kernel_rows, _stream_rows
+from xlnet_jax.model.xlnet import XLNetLM, _kernel_rows, _stream_rows, uses_kernel
 from xlnet_jax.objective import plm
 from xlnet_jax.run.validate import ConfigError, validate_config
 from xlnet_jax.training import sharding
@@ -83,9 +85,14 @@ def random_order(rng, case: Case) -> tuple[masks.PermOrder, np.ndarray, np.ndarr
     return order, seg_ids, target_pos
 
 
-def layer_inputs(case: Case, seed: int = 0):
-    """(config, params, dense inputs, kernel inputs) of one attention layer."""
-    cfg = dataclasses.replace(BASE, bi_data=case.bi_data, clamp_len=case.clamp_len)
+# The dropout rng of every layer run: the kernel and the XLA path draw the same words.
+DROPOUT_KEY = jax.random.key(7)
+
+
+def layer_inputs(case: Case, seed: int = 0, dropatt: float = 0.0):
+    """(module, params, shared biases, inputs, dense rows, kernel rows) of one attention
+    layer; with dropatt the module drops attention probabilities (not deterministic)."""
+    cfg = dataclasses.replace(BASE, bi_data=case.bi_data, clamp_len=case.clamp_len, dropatt=dropatt)
     rng = np.random.default_rng(seed)
     order, seg_ids, target_pos = random_order(rng, case)
     batch, length, width = case.batch, case.length, cfg.d_model
@@ -103,6 +110,7 @@ def layer_inputs(case: Case, seed: int = 0):
     shared = nn.unbox(shared)
     module = TwoStreamRelativeAttention(cfg, deterministic=True)
     params = nn.unbox(module.init(jax.random.key(0), h, g, mem, pos_emb, *dense, None)["params"])
+    module = module.clone(deterministic=not dropatt)
     if shared is not None:
         del params["rel_biases"]  # the layer then uses the shared ones
     params = jax.tree.map(lambda x: jnp.asarray(rng.normal(0, 0.5, x.shape), x.dtype), params)
@@ -113,7 +121,7 @@ def run_layer(module, params, shared, inputs, rows):
     """(h, g) of the layer; shared holds the untie_r=False biases or None."""
     names = ("r_w_bias", "r_r_bias", "r_s_bias")
     biases = None if shared is None else tuple(shared[n] for n in names)
-    return module.apply({"params": params}, *inputs, *rows, biases)
+    return module.apply({"params": params}, *inputs, *rows, biases, rngs={"dropout": DROPOUT_KEY})
 
 
 # Unoptimised CPU code: these programs run for milliseconds, XLA's passes would take seconds.
@@ -132,9 +140,9 @@ def tile_of_8(monkeypatch):
     monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
 
 
-def assert_kernel_matches_xla(case: Case):
+def assert_kernel_matches_xla(case: Case, dropatt: float = 0.0):
     """One layer's outputs (1e-5) and gradients (1e-4) through the kernel against the XLA path."""
-    module, params, shared, inputs, dense, kernel = layer_inputs(case)
+    module, params, shared, inputs, dense, kernel = layer_inputs(case, dropatt=dropatt)
     cotangent = jax.tree.map(
         lambda x: jnp.asarray(np.random.default_rng(1).normal(size=x.shape), x.dtype),
         run_layer(module, params, shared, inputs, dense),
@@ -154,11 +162,15 @@ def assert_kernel_matches_xla(case: Case):
     for name, got, want in zip(("params", "shared", "inputs"), got_grads, want_grads, strict=True):
         if want is not None:
             assert max_rel_error(got, want) < 1e-4, name
+    if dropatt:  # the dropout is real: far from the undropped output
+        undropped = run_layer(module.clone(deterministic=True), params, shared, inputs, dense)
+        assert max_rel_error(undropped, want_out) > 1e-2
 
 
+@pytest.mark.parametrize("dropatt", [0.0, 0.1])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_kernel_matches_xla(case, tile_of_8):
-    assert_kernel_matches_xla(case)
+def test_kernel_matches_xla(case, dropatt, tile_of_8):
+    assert_kernel_matches_xla(case, dropatt)
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=lambda c: c.name)
@@ -248,12 +260,14 @@ def model_inputs(case: Case, cfg: ModelConfig):
 
 
 def test_model_through_kernel_matches_xla(tile_of_8):
-    """XLNetLM, attention_impl pallas vs xla: logits and new mems within 1e-5, every
-    param gradient within 1e-4 (two layers, memory, bi_data, two segments, reuse block),
-    on a data x tensor mesh of 2 x 2 devices, where the kernel runs per shard."""
+    """XLNetLM with dropatt 0.1, attention_impl pallas vs xla: logits and new mems within
+    1e-5, every param gradient within 1e-4 (two layers, memory, bi_data, two segments, reuse
+    block), on a data x tensor mesh of 2 x 2 devices, where the kernel runs per shard of the
+    batch and heads, dropout words included."""
     case = Case("model", batch=4, mem=MODEL.mem_len, padded_targets=1)
     dense, compact, mems = model_inputs(case, MODEL)
-    pallas = dataclasses.replace(MODEL, attention_impl="pallas")
+    xla = dataclasses.replace(MODEL, attention_impl="xla", dropatt=0.1)
+    pallas = dataclasses.replace(xla, attention_impl="pallas")
     shapes = jax.eval_shape(
         functools.partial(XLNetLM(MODEL).init, deterministic=True), jax.random.key(0), *dense, mems
     )
@@ -264,7 +278,9 @@ def test_model_through_kernel_matches_xla(tile_of_8):
 
     def run(cfg, inputs):
         def loss(params):
-            logits, new_mems = XLNetLM(cfg).apply(params, *inputs, mems, deterministic=True)
+            logits, new_mems = XLNetLM(cfg).apply(
+                params, *inputs, mems, deterministic=False, rngs={"dropout": DROPOUT_KEY}
+            )
             return jnp.sum(jnp.sin(logits)), (logits, new_mems)
 
         with sharding.activate(mesh, DEFAULT_AXIS_RULES):
@@ -273,7 +289,7 @@ def test_model_through_kernel_matches_xla(tile_of_8):
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
 
     got_grads, got_out = run(pallas, compact)
-    want_grads, want_out = run(MODEL, dense)
+    want_grads, want_out = run(xla, dense)
     assert max_rel_error(got_out, want_out) < 1e-5
     assert max_rel_error(got_grads, want_grads) < 1e-4
 
@@ -314,20 +330,24 @@ def test_no_score_sized_array_on_kernel_path(impl, tile_of_8):
         assert (case.batch, cfg.n_head, length, length + case.mem) in square
 
 
-@pytest.mark.parametrize(
-    "overrides, message",
-    [
-        (dict(attention_impl="flash"), "config.attention_impl must be one of"),
-        (dict(attention_impl="pallas", dropatt=0.1), "config.attention_impl: the pallas kernel"),
-    ],
-)
-def test_attention_impl_is_validated_up_front(overrides, message):
+def test_attention_impl_is_validated_up_front():
+    """A wrong name is one ConfigError line; every impl takes attention dropout."""
     config = default_config()
-    config.update(overrides)
-    with pytest.raises(ConfigError, match=message):
+    config.update(attention_impl="flash")
+    with pytest.raises(ConfigError, match="config.attention_impl must be one of"):
         validate_config(config)
-    config.update(attention_impl="pallas", dropatt=0.0)
-    validate_config(config)
+    for impl in ("xla", "pallas", "auto"):
+        config.update(attention_impl=impl, dropatt=0.1)
+        validate_config(config)
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "base", "large"])
+def test_every_config_takes_auto_which_is_xla_on_this_cpu(name):
+    """auto is the default; traced for this CPU it is the XLA path, dropout or not."""
+    config = importlib.import_module(f"configs.{name}").get_config()
+    assert config.attention_impl == "auto"
+    model = ModelConfig.from_config(config)
+    assert not uses_kernel(dataclasses.replace(model, dropatt=0.1))
 
 
 def test_pallas_on_a_mesh_without_a_kernel_backend_is_refused_up_front():

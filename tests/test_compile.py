@@ -35,11 +35,12 @@ def test_tiny_compiles_and_fits(topology):
 
 @pytest.mark.parametrize(("topology", "impl"), [("v4:2x2x1", "pallas"), ("v5e:2x2", "auto")])
 def test_tiny_compiles_with_the_attention_kernel(topology, impl):
-    """Mosaic compiles the kernel for tiny's short, unaligned sequences (padded to whole tiles)
-    on v4 (barrel shift: no strided roll there) and v5e (strided roll); "auto" picks it for
-    the TPU the step is compiled for, though this process's backend is a CPU."""
+    """Mosaic compiles the kernel, attention dropout included, for tiny's short, unaligned
+    sequences (padded to whole tiles) on v4 (barrel shift: no strided roll there) and v5e
+    (strided roll); "auto" picks it for the TPU the step is compiled for, though this
+    process's backend is a CPU."""
     config = tiny_config()
-    config.update(attention_impl=impl, dropatt=0.0)
+    config.update(attention_impl=impl, dropatt=0.1)
     report, compiled = aot.compile_train_step(config, topology)
     assert compiled is not None and report.fits
     assert "xlnet_relative_attention_bwd" in compiled.as_text()

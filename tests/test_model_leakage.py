@@ -3,7 +3,8 @@
 The gradient of every target's logits w.r.t. each position's input (word) embedding is taken
 by adding an offset to the embedding output with `nn.intercept_methods`, so the model needs
 no test hook. Both attention paths: XLA with the dense mask, the Pallas kernel (interpret
-mode; the Mosaic and the Triton kernel) with the same mask as O(B·L) vectors.
+mode; the Mosaic and the Triton kernel) with the same mask as O(B·L) vectors, without and
+with attention dropout.
 """
 
 import flax.linen as nn
@@ -30,8 +31,11 @@ def _order(rng: np.random.Generator):
     return rank, target_pos
 
 
-@pytest.mark.parametrize("attention_impl", ["xla", "pallas", "pallas_triton"])
-def test_targets_see_neither_themselves_nor_later_targets(attention_impl, monkeypatch):
+@pytest.mark.parametrize(
+    ("attention_impl", "dropatt"),
+    [("xla", 0.0), ("pallas", 0.0), ("pallas", 0.1), ("pallas_triton", 0.1)],
+)
+def test_targets_see_neither_themselves_nor_later_targets(attention_impl, dropatt, monkeypatch):
     if attention_impl == "pallas_triton":  # the GPU kernel, interpreted on tiles of 8
         monkeypatch.setattr(backends, "INTERPRETED", "triton")
         monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
@@ -45,7 +49,7 @@ def test_targets_see_neither_themselves_nor_later_targets(attention_impl, monkey
         d_inner=32,
         mem_len=4,
         dropout=0.0,
-        dropatt=0.0,
+        dropatt=dropatt,
         attention_impl=attention_impl,
     )
     rng = np.random.default_rng(0)
@@ -77,7 +81,13 @@ def test_targets_see_neither_themselves_nor_later_targets(attention_impl, monkey
             return out + offset if is_lookup else out
 
         with nn.intercept_methods(add_offset):
-            return XLNetLM(config).apply({"params": params}, *args, mems, deterministic=True)[0]
+            return XLNetLM(config).apply(
+                {"params": params},
+                *args,
+                mems,
+                deterministic=not dropatt,
+                rngs={"dropout": jax.random.key(1)},
+            )[0]
 
     offset = jnp.zeros((BATCH, LENGTH, config.d_model))
     d_emb, d_mems = jax.jit(jax.jacrev(logits, argnums=(0, 1)))(offset, mems)

@@ -70,6 +70,31 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_exact(straight, tmp_path):
     )
 
 
+# The Pallas kernel (interpret mode on this CPU) with the harness config's dropatt 0.1.
+KERNEL_RUN = ("--config.attention_impl=pallas", "--config.num_train_steps=6")
+
+
+def test_sigkill_then_resume_is_bit_exact_through_the_kernel_with_dropout(tmp_path):
+    """The kernel's dropout mask is a function of (seed, step): a resumed run drops what the
+    uninterrupted one dropped, bit for bit."""
+    assert get_config().dropatt > 0
+    straight = tmp_path / "straight"
+    harness.run(straight, *KERNEL_RUN, "--config.checkpoint_every=2")
+    killed = tmp_path / "killed"
+    process = harness.start(killed, *KERNEL_RUN, "--config.checkpoint_every=2", step_delay=0.5)
+    harness.wait_for(lambda: harness.checkpoint_done(killed, 2), process, killed)
+    assert harness.kill(process) == -signal.SIGKILL
+    assert not harness.checkpoint_done(killed, 6)
+
+    harness.run(killed, *KERNEL_RUN, "--config.checkpoint_every=2")
+    assert "Resumed from step" in harness.log_tail(killed)
+    want, got = harness.losses(straight), harness.losses(killed)
+    assert [got[s] for s in range(1, 7)] == [want[s] for s in range(1, 7)]
+    harness.assert_trees_equal(
+        harness.checkpoint_arrays(killed, 6), harness.checkpoint_arrays(straight, 6)
+    )
+
+
 @pytest.mark.parametrize(
     ("sig", "status", "name"), [(signal.SIGTERM, 0, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")]
 )

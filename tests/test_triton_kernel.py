@@ -2,33 +2,26 @@
 
 The equality tests run test_attention_kernel's layer cases through the Triton kernel
 (interpret mode, float32, tiles of 8) with dropatt 0 and 0.1. With dropout both paths must
-drop the same entries: both get fixed words per stream, and the XLA path's probabilities go
-through `dropout.dense_keep` with them. The lowering test exports the tiny-shaped train step
+drop the same entries: both draw their words from the layer's rng (kernels.dropout). The lowering test exports the tiny-shaped train step
 for CUDA from this CPU: `auto` must pick the kernel there (Triton custom calls present), and
 no float32 [rows, keys]-sized array may remain; design A's BD (in the compute dtype) is the
 only score-sized array.
 """
 
-import dataclasses
-import functools
 import math
 import re
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import pytest
 
 from tests import test_attention_kernel as base
 from tests.helpers import small_config
-from xlnet_jax.model import attention, xlnet
-from xlnet_jax.model.kernels import backends, dropout, triton_attention
+from xlnet_jax.model import xlnet
+from xlnet_jax.model.kernels import backends, triton_attention
 from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.xlnet import uses_kernel
 from xlnet_jax.training import sharding
 from xlnet_jax.training.program import build_program
-
-DROPATT = 0.1
 
 
 @pytest.fixture
@@ -38,75 +31,12 @@ def triton_interpreted(monkeypatch):
     monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
 
 
-def stream_words(num_rows: int, batch: int, heads: int) -> jax.Array:
-    """Fixed dropout words of the stream with `num_rows` rows (the test cases' two streams
-    differ in rows), the same for both paths."""
-    return dropout.row_head_words(jax.random.key(num_rows), batch, heads)
-
-
-class KeyedDropout(nn.Module):
-    """nn.Dropout as the XLA path will draw dropatt: dense_keep with the stream's words."""
-
-    rate: float
-
-    @nn.compact
-    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
-        if deterministic or self.rate == 0:
-            return x
-        assert x.ndim == 4, "only attention probabilities [B, N, Q, K] are dropped here"
-        batch, heads, rows, keys = x.shape
-        keep = dropout.dense_keep(stream_words(rows, batch, heads), rows, keys, self.rate)
-        return jnp.where(keep, x / (1 - self.rate), 0.0)
-
-
-def with_stream_words(fn):
-    """sharded_relative_attention with the stream's fixed words in place of the drawn ones."""
-
-    def attend(q, k, v, k_r, biases, seg_embed, row, key, positions, words, rate):
-        words = stream_words(q.shape[1], *words.shape)
-        return fn(q, k, v, k_r, biases, seg_embed, row, key, positions, words, rate)
-
-    return attend
-
-
-@pytest.mark.parametrize("dropatt", [0.0, DROPATT])
+@pytest.mark.parametrize("dropatt", [0.0, 0.1])
 @pytest.mark.parametrize("case", base.CASES, ids=lambda c: c.name)
-def test_triton_kernel_matches_xla(case, dropatt, triton_interpreted, monkeypatch):
-    """Outputs within 1e-5 and gradients within 1e-4 of the XLA path, both streams."""
-    module, params, shared, inputs, dense, kernel = base.layer_inputs(case)
-    if dropatt:
-        assert case.predict != case.length  # the streams' words differ by their row counts
-        module = module.clone(config=dataclasses.replace(module.config, dropatt=dropatt))
-        module = module.clone(deterministic=False)
-        monkeypatch.setattr(nn, "Dropout", KeyedDropout)
-        monkeypatch.setattr(
-            attention, "sharded_relative_attention",
-            with_stream_words(attention.sharded_relative_attention),
-        )  # fmt: skip
-    rngs = {"dropout": jax.random.key(7)}
-    run = functools.partial(module.apply, rngs=rngs)
-    names = ("r_w_bias", "r_r_bias", "r_s_bias")
-    biases = None if shared is None else tuple(shared[n] for n in names)
-    cotangent = jax.tree.map(
-        lambda x: jnp.asarray(jax.random.normal(jax.random.key(1), x.shape), x.dtype),
-        run({"params": params}, *inputs, *dense, biases),
-    )
-
-    def loss_and_out(params, shared, inputs, rows):
-        biases = None if shared is None else tuple(shared[n] for n in names)
-        out = run({"params": params}, *inputs, *rows, biases)
-        return sum(jnp.sum(o * c) for o, c in zip(out, cotangent, strict=True)), out
-
-    grad = jax.jit(
-        jax.grad(loss_and_out, argnums=(0, 1, 2), has_aux=True),
-        compiler_options=base.FAST_COMPILE,
-    )
-    got_grads, got_out = grad(params, shared, inputs, kernel)
-    want_grads, want_out = grad(params, shared, inputs, dense)
-    assert base.max_rel_error(got_out, want_out) < 1e-5
-    for name, got, want in zip(("params", "shared", "inputs"), got_grads, want_grads, strict=True):
-        if want is not None:
-            assert base.max_rel_error(got, want) < 1e-4, name
+def test_triton_kernel_matches_xla(case, dropatt, triton_interpreted):
+    """Outputs within 1e-5 and gradients within 1e-4 of the XLA path, both streams; with
+    dropatt both paths draw the same words from the layer's rng and drop the same entries."""
+    base.assert_kernel_matches_xla(case, dropatt)
 
 
 # Every dimension distinct, so that a shape says what it is: rows L = 24 and P = 5 (padded

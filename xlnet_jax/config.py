@@ -83,9 +83,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.dtype = "float32"  # Compute dtype: "float32" or "bfloat16"; params stay float32.
     c.remat = False  # Rematerialise each layer in the backward pass to save memory.
     c.scan_unroll = 1  # Layers per scan iteration; >= n_layer unrolls all (faster, longer compile).
-    # Attention: "xla" (reference), "pallas" (fused kernel; dropatt must be 0), "auto"
-    # (pallas when the default backend is TPU and dropatt is 0, else xla). Not in checkpoints.
-    c.attention_impl = "xla"
+    # Attention: "xla" (reference), "pallas" (fused kernel), "auto" (pallas when the step is
+    # traced for a TPU, else xla). Not in checkpoints.
+    c.attention_impl = "auto"
 
     # --- Sequence layout and the permutation-LM objective ---
     c.seq_len = 128  # Tokens per row: reuse block + A <sep> B <sep> <cls>.
@@ -210,7 +210,7 @@ class ModelConfig:
     dtype: str = "float32"
     remat: bool = False
     scan_unroll: int = 1
-    attention_impl: str = "xla"
+    attention_impl: str = "auto"
 
     @classmethod
     def from_config(cls, config: ml_collections.ConfigDict) -> "ModelConfig":

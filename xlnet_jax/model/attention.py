@@ -93,7 +93,10 @@ class TwoStreamRelativeAttention(nn.Module):
     O(P * K), never O(L * K).
 
     Rows given as KernelRows run through the Pallas kernel (kernels.relative_attention)
-    instead, which computes the same scores tile by tile (dropatt in-kernel on the GPU).
+    instead, which computes the same scores tile by tile. Both paths drop the same attention
+    probabilities: each stream draws one word per (row, head) from the layer's dropout rng,
+    and `kernels.dropout.keep` decides entry (q, k) from it (q: the row's index in the stream,
+    k: the key's in [memory ; segment]).
 
     Attributes:
       config: the model config.
@@ -150,7 +153,7 @@ class TwoStreamRelativeAttention(nn.Module):
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
             name="layer_norm",
         )
-        attn_dropout = nn.Dropout(cfg.dropatt)
+        dropatt = 0.0 if self.deterministic else cfg.dropatt
         hidden_dropout = nn.Dropout(cfg.dropout)
         head_axes = ("batch", "length", "heads", "kv")  # keys span memory and segment
 
@@ -159,22 +162,26 @@ class TwoStreamRelativeAttention(nn.Module):
         v = nn.with_logical_constraint(jnp.einsum("bkd,dnh->bknh", keys_in, w_v), head_axes)
         k_r = jnp.einsum("brd,dnh->brnh", pos_emb, w_r)
         num_keys = k.shape[1]
+        if dropatt and num_keys > dropout.MAX_INDEX:
+            raise ValueError(
+                f"dropatt > 0 numbers at most {dropout.MAX_INDEX} keys (memory + segment), "
+                f"got {num_keys}; set dropatt=0 or shorten mem_len / seq_len"
+            )
 
         def attend(x: jax.Array, rows: QueryRows | KernelRows, rows_axis: str) -> jax.Array:
             """Attention of the query rows x [B, Q, D] over all keys; returns [B, Q, D]."""
             q = jnp.einsum("bqd,dnh->bqnh", x, w_q)
             q = nn.with_logical_constraint(q, ("batch", rows_axis, "heads", "kv"))
+            words = None
+            if dropatt:
+                words = dropout.row_head_words(self.make_rng("dropout"), q.shape[0], cfg.n_head)
+                words = nn.with_logical_constraint(words, ("batch", "heads"))
             if isinstance(rows, KernelRows):
                 biases = (r_w_bias, r_r_bias, r_s_bias)
-                rate = 0.0 if self.deterministic else cfg.dropatt
-                batch = q.shape[0]
-                if rate:
-                    words = dropout.row_head_words(self.make_rng("dropout"), batch, cfg.n_head)
-                else:
-                    words = jnp.zeros((batch, cfg.n_head), jnp.uint32)
                 out = sharded_relative_attention(
-                    q, k, v, k_r, biases, seg_embed, rows.row, rows.key, rows.positions, words, rate
-                )
+                    q, k, v, k_r, biases, seg_embed, rows.row, rows.key, rows.positions, words,
+                    dropatt=dropatt,
+                )  # fmt: skip
                 return finish(out, x)
             f32 = jnp.float32
             content_score = jnp.einsum(
@@ -192,7 +199,10 @@ class TwoStreamRelativeAttention(nn.Module):
             )
             score = (content_score + pos_score + seg_score) * (cfg.d_head**-0.5)
             score = jnp.where(rows.blocked[:, None], _BLOCKED, score)
-            prob = attn_dropout(jax.nn.softmax(score, axis=-1), deterministic=self.deterministic)
+            prob = jax.nn.softmax(score, axis=-1)
+            if dropatt:
+                kept = dropout.dense_keep(words, *prob.shape[2:], dropatt)
+                prob = jnp.where(kept, prob * jnp.float32(1 / (1 - dropatt)), 0.0)
             return finish(jnp.einsum("bnqk,bknh->bqnh", prob.astype(dtype), v), x)
 
         def finish(out: jax.Array, x: jax.Array) -> jax.Array:

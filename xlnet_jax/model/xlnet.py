@@ -54,20 +54,14 @@ def validate_model_config(cfg: ModelConfig) -> None:
         raise ValueError(
             f"attention_impl must be one of {ATTENTION_IMPLS}, got {cfg.attention_impl!r}"
         )
-    if cfg.attention_impl == "pallas" and cfg.dropatt > 0:
-        raise ValueError(
-            f"attention_impl: the pallas kernel has no attention dropout; set dropatt=0 "
-            f"(got {cfg.dropatt}) or use attention_impl='xla'"
-        )
 
 
 def uses_kernel(cfg: ModelConfig) -> bool:
     """Whether attention runs through the Pallas kernel: "pallas", or "auto" when the step is
-    traced for a GPU (Triton kernel) or for a TPU without dropatt (the Mosaic kernel has none);
-    on a CPU the kernel would run interpreted, so "auto" keeps the XLA path there."""
+    traced for a TPU (Mosaic kernel) or an NVIDIA GPU (Triton kernel), dropout or not; on a CPU
+    the kernel would run interpreted, so "auto" keeps the XLA path there."""
     if cfg.attention_impl == "auto":
-        platform = target_device().platform
-        return platform == "gpu" or (platform == "tpu" and cfg.dropatt == 0)
+        return target_device().platform in ("tpu", "gpu")
     return cfg.attention_impl == "pallas"
 
 

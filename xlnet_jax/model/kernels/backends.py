@@ -8,6 +8,7 @@ exported or compiled for a platform from a host of another gets that platform's 
 import functools
 
 import jax
+import jax.numpy as jnp
 
 from xlnet_jax.model.kernels import relative_attention as mosaic
 from xlnet_jax.model.kernels import triton_attention as triton
@@ -17,27 +18,26 @@ INTERPRETED = "mosaic"
 
 
 def relative_attention(
-    q, k, v, k_r, biases, seg_embed, row, key, positions, words, rate: float, *, strided_roll: bool
-) -> jax.Array:
-    """One stream's attention (`triton_attention.relative_attention`'s arguments) on the
-    lowering platform's kernel. The Mosaic kernel has no dropout (yet): with rate > 0 only the
-    Triton kernel is offered, natively on CUDA and interpreted elsewhere."""
-
-    def on_mosaic(q, k, v, k_r, biases, seg_embed, row, key, positions, words):
-        del words
-        return mosaic.relative_attention(
-            q, k, v, k_r, biases, seg_embed, row, key, positions, strided_roll=strided_roll
-        )
+    q, k, v, k_r, biases, seg_embed, row, key, positions, words, *, dropatt: float,
+    strided_roll: bool,
+) -> jax.Array:  # fmt: skip
+    """One stream's attention (`relative_attention.relative_attention`'s arguments) on the
+    lowering platform's kernel; words (uint32 [B, N] or None when dropatt is 0) drop the same
+    entries on every backend (kernels.dropout)."""
+    on_mosaic = functools.partial(
+        mosaic.relative_attention, dropatt=dropatt, strided_roll=strided_roll
+    )
 
     def on_triton(*args, interpret: bool):
-        return triton.relative_attention(*args, rate, interpret=interpret)
+        *inputs, words = args
+        if words is None:
+            words = jnp.zeros((q.shape[0], q.shape[2]), jnp.uint32)
+        return triton.relative_attention(*inputs, words, dropatt, interpret=interpret)
 
-    interpreted = functools.partial(on_triton, interpret=True)
-    branches = {"cuda": functools.partial(on_triton, interpret=False)}
-    if rate == 0:
-        branches["tpu"] = on_mosaic
-        if INTERPRETED == "mosaic":
-            interpreted = on_mosaic
-    return jax.lax.platform_dependent(
-        q, k, v, k_r, biases, seg_embed, row, key, positions, words, default=interpreted, **branches
+    interpreted = (
+        on_mosaic if INTERPRETED == "mosaic" else functools.partial(on_triton, interpret=True)
     )
+    return jax.lax.platform_dependent(
+        q, k, v, k_r, biases, seg_embed, row, key, positions, words,
+        tpu=on_mosaic, cuda=functools.partial(on_triton, interpret=False), default=interpreted,
+    )  # fmt: skip

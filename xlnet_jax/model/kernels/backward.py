@@ -6,6 +6,9 @@ VMEM while i runs; dq (of q + r_w and of q + r_r), the segment-score gradient an
 windowed k_r gradient are resident for a whole (row, head), so the overlapping k_r windows of
 different tiles add up in VMEM, never through a [Q, K]-sized buffer in HBM. The query stream
 writes its positional-bias gradient tile by tile instead (it is its own [B, N, P, K] input).
+With dropatt (FlashAttention-2's dropout): the mask is recomputed from the words, dv takes
+the dropped probabilities, dP is masked and rescaled, and dS = P * (dP - delta) with P
+undropped and delta = rowsum(dO * O) of the dropped output.
 """
 
 import functools
@@ -20,7 +23,7 @@ from xlnet_jax.model.kernels import forward, tiles
 
 def _kernel(spec: tiles.TileSpec, *refs):
     qw_ref, seg_ref, row_ref, k_ref, v_ref, key_ref, pos_ref, *refs = refs
-    qr_ref = refs.pop(0) if spec.windowed else None
+    qr_ref, words_ref = forward.optional_refs(spec, refs)
     do_ref, lse_ref, delta_ref, dqw_ref, dseg_ref, dk_ref, dv_ref, *refs = refs
     jb, ib = pl.program_id(2), pl.program_id(3)
     b = spec.block
@@ -40,9 +43,13 @@ def _kernel(spec: tiles.TileSpec, *refs):
     s, dead, other = tiles.scores(spec, jb, qw, pos, seg_ref[...], row_ref[...], k, key_ref[...])
     p = jnp.exp(s - lse_ref[...])
     dp = tiles.dot_t(do, v)
+    p_out = p
+    if spec.dropatt:
+        kept = tiles.dropout_scale(spec, words_ref[...], ib, jb)
+        p_out, dp = p * kept, dp * kept
     ds = jnp.where(dead, 0.0, p * (dp - delta_ref[...])) * spec.scale
 
-    dv_ref[...] += tiles.t_dot(p.astype(do.dtype), do)
+    dv_ref[...] += tiles.t_dot(p_out.astype(do.dtype), do)
     dk_ref[...] += tiles.t_dot(ds.astype(qw.dtype), qw)
     rows = pl.ds(pl.multiple_of(ib * b, b), b)
     dqw_ref[rows, :] += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
@@ -82,8 +89,8 @@ def _in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
     return [_key_major(s) for s in (*forward.in_specs(spec, qw, pos_src), *rows)]
 
 
-def backward(spec, qw, qr, seg, k, v, pos_src, row, key, do, lse, delta, *, interpret: bool):
-    """Float32 gradients of one stream.
+def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, *, interpret):
+    """Float32 gradients of one stream (words as `forward.forward`).
 
     Returns:
       (d qw, d seg, dk, dv, d qr, d k_r [B, N, R, H]) for the content stream (windowed), or
@@ -116,4 +123,4 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, do, lse, delta, *, inte
         ),
         interpret=interpret,
         name="xlnet_relative_attention_bwd",
-    )(qw, seg, row, k, v, key, pos_src, *([qr] if spec.windowed else []), do, lse, delta)
+    )(qw, seg, row, k, v, key, pos_src, *forward.optional_inputs(spec, qr, words), do, lse, delta)

@@ -1,7 +1,9 @@
 """Forward kernel: online softmax over key blocks; writes the output and log-sum-exp only.
 
 Grid (B, N, query blocks, key blocks), the key axis innermost and sequential. Inputs are
-head-major and padded to the block: q-side [B, N, Qp, H], k-side [B, N, Kp, H].
+head-major and padded to the block: q-side [B, N, Qp, H], k-side [B, N, Kp, H]. With
+dropatt, the normaliser and the log-sum-exp sum the undropped probabilities and the output
+accumulates the dropped, rescaled ones (softmax, then dropout, as the XLA path).
 """
 
 import functools
@@ -22,9 +24,21 @@ def positional_tile(spec: tiles.TileSpec, pos_ref, qr_ref, ib, jb) -> jax.Array:
     return pos_ref[...].astype(jnp.float32)
 
 
+def optional_refs(spec: tiles.TileSpec, refs: list) -> tuple:
+    """(qr_ref or None, words_ref or None), popped from the front of refs."""
+    qr_ref = refs.pop(0) if spec.windowed else None
+    words_ref = refs.pop(0) if spec.dropatt else None
+    return qr_ref, words_ref
+
+
+def optional_inputs(spec: tiles.TileSpec, qr, words) -> list:
+    """The inputs after pos_src: qr (content stream), words [B, N, 1, 1] (dropatt)."""
+    return ([qr] if spec.windowed else []) + ([words] if spec.dropatt else [])
+
+
 def _kernel(spec: tiles.TileSpec, *refs):
     qw_ref, seg_ref, row_ref, k_ref, v_ref, key_ref, pos_ref, *refs = refs
-    qr_ref = refs.pop(0) if spec.windowed else None
+    qr_ref, words_ref = optional_refs(spec, refs)
     out_ref, lse_ref, m_scr, l_scr, acc_scr = refs
     ib, jb = pl.program_id(2), pl.program_id(3)
 
@@ -43,6 +57,8 @@ def _kernel(spec: tiles.TileSpec, *refs):
     alpha = jnp.exp(m_prev - m_new)
     p = jnp.exp(s - m_new)
     l_scr[...] = alpha * l_scr[...] + jnp.sum(p, axis=1, keepdims=True)
+    if spec.dropatt:
+        p *= tiles.dropout_scale(spec, words_ref[...], ib, jb)
     v = v_ref[...]
     acc_scr[...] = alpha * acc_scr[...] + jax.lax.dot(
         p.astype(v.dtype), v, preferred_element_type=jnp.float32
@@ -79,7 +95,7 @@ def positional_spec(spec: tiles.TileSpec, pos_src: jax.Array) -> pl.BlockSpec:
 
 
 def in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
-    """Specs of (qw, seg, row, k, v, key, pos_src[, qr]) over the grid (B, N, i, j)."""
+    """Specs of (qw, seg, row, k, v, key, pos_src[, qr][, words]) over the grid (B, N, i, j)."""
     b, width = spec.block, qw.shape[-1]
     specs = [
         q_spec(b, width),
@@ -90,11 +106,15 @@ def in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
         pl.BlockSpec((None, masks.KEY_FIELDS, b), lambda b_, n, i, j: (b_, 0, j)),
         positional_spec(spec, pos_src),
     ]
-    return specs + ([q_spec(b, width)] if spec.windowed else [])
+    words = pl.BlockSpec((None, None, 1, 1), lambda b_, n, i, j: (b_, n, 0, 0))
+    return specs + optional_inputs(spec, q_spec(b, width), words)
 
 
-def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, *, interpret: bool):
-    """(out [B, N, Qp, H] in qw's dtype, lse float32 [B, N, Qp, 1]) of one stream."""
+def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *, interpret):
+    """(out [B, N, Qp, H] in qw's dtype, lse float32 [B, N, Qp, 1]) of one stream.
+
+    words: uint32 [B, N, 1, 1], the dropout word of each (row, head); None without dropatt.
+    """
     batch, heads, rows, width = qw.shape
     b = spec.block
     grid = (batch, heads, rows // b, k.shape[2] // b)
@@ -117,4 +137,4 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, *, inter
         ),
         interpret=interpret,
         name="xlnet_relative_attention_fwd",
-    )(qw, seg, row, k, v, key, pos_src, *([qr] if spec.windowed else []))
+    )(qw, seg, row, k, v, key, pos_src, *optional_inputs(spec, qr, words))

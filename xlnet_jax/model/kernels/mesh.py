@@ -28,12 +28,14 @@ def target_device():
     return jax.sharding.get_abstract_mesh().abstract_device or jax.devices()[0]
 
 
-def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positions, words, rate):
-    """backends.relative_attention (same arguments), mapped over the active mesh's batch and
-    head axes."""
+def sharded_relative_attention(
+    q, k, v, k_r, biases, seg_embed, row, key, positions, words, *, dropatt: float
+):
+    """relative_attention (same arguments), mapped over the active mesh's batch and head axes
+    (the dropout words [B, N] too, so each shard drops what the whole would)."""
     mesh = jax.sharding.get_abstract_mesh()
     strided_roll = not target_device().device_kind.startswith(NO_STRIDED_ROLL)
-    attend = functools.partial(relative_attention, rate=rate, strided_roll=strided_roll)
+    attend = functools.partial(relative_attention, dropatt=dropatt, strided_roll=strided_roll)
     if mesh.empty or mesh.size == 1:
         return attend(q, k, v, k_r, biases, seg_embed, row, key, positions, words)
     batch, heads = nn.logical_to_mesh_axes(("batch", "heads"))
@@ -47,14 +49,9 @@ def sharded_relative_attention(q, k, v, k_r, biases, seg_embed, row, key, positi
         P(None, heads, None),
         P(batch, None, None),
         P(batch, None, None),
-        P(batch, heads),
+        P(batch, None),  # positions (None, an empty tree, for the content stream)
+        P(batch, heads),  # words (None without dropatt)
     )
-    args = (q, k, v, k_r, biases, seg_embed, row, key, words)
-    if positions is not None:
-        specs, args = (*specs, P(batch, None)), (*args, positions)
-
-    def fn(q, k, v, k_r, biases, seg_embed, row, key, words, positions=None):
-        return attend(q, k, v, k_r, biases, seg_embed, row, key, positions, words)
-
     # check_vma=False: pallas_call's outputs carry no varying-axes annotation.
-    return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=per_head, check_vma=False)(*args)
+    sharded = jax.shard_map(attend, mesh=mesh, in_specs=specs, out_specs=per_head, check_vma=False)
+    return sharded(q, k, v, k_r, biases, seg_embed, row, key, positions, words)

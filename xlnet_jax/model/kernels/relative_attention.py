@@ -37,12 +37,13 @@ def _on_platform(fn, *args):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attend(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key):
-    return _on_platform(functools.partial(forward, spec), qw, qr, seg, k, v, pos_src, row, key)[0]
+def _attend(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words):
+    args = (qw, qr, seg, k, v, pos_src, row, key, words)
+    return _on_platform(functools.partial(forward, spec), *args)[0]
 
 
-def _attend_fwd(spec, qw, qr, seg, k, v, pos_src, row, key):
-    args = (qw, qr, seg, k, v, pos_src, row, key)
+def _attend_fwd(spec, qw, qr, seg, k, v, pos_src, row, key, words):
+    args = (qw, qr, seg, k, v, pos_src, row, key, words)
     out, lse = _on_platform(functools.partial(forward, spec), *args)
     return out, (args, out, lse)
 
@@ -67,6 +68,7 @@ def _attend_bwd(spec, residuals, d_out):
         d_k.astype(k.dtype),
         d_v.astype(v.dtype),
         d_pos.astype(pos_src.dtype),
+        None,
         None,
         None,
     )
@@ -97,7 +99,9 @@ def relative_attention(
     row: jax.Array,
     key: jax.Array,
     positions: jax.Array | None,
+    words: jax.Array | None,
     *,
+    dropatt: float,
     block: int | None = None,
     strided_roll: bool,
 ) -> jax.Array:
@@ -112,6 +116,10 @@ def relative_attention(
       row: int32 [B, Q, ROW_FIELDS] and key: int32 [B, KEY_FIELDS, K], see `masks`.
       positions: None for the content stream (Q = L, row i at position i: windowed
         positional term); int32 [B, Q] segment positions of the query stream's rows.
+      words: uint32 [B, N] dropout words of (row, head) (`dropout.row_head_words`); None
+        when dropatt is 0.
+      dropatt: the attention dropout rate (static); entry (q, k) of row and head is dropped
+        as `dropout.keep(words, q, k, dropatt)` says, q the row's index in this stream.
       block: rows and keys per tile; None: TPU_BLOCK.
       strided_roll: whether the target chip rotates lanes with a stride (TileSpec).
 
@@ -138,7 +146,9 @@ def relative_attention(
         all_pos = jnp.einsum("bqnh,brnh->bnqr", qr, k_r, preferred_element_type=jnp.float32)
         pos_src = scores_by_key(all_pos, positions, num_keys)
         pos_src = _pad_axis(_pad_axis(pos_src, 2, 0, rows_p), 3, 0, keys_p)
-    spec = tiles.TileSpec(b, d_head**-0.5, num_keys, offset, strided_roll)
+    spec = tiles.TileSpec(b, d_head**-0.5, num_keys, offset, strided_roll, dropatt)
+    if dropatt:
+        words = words.reshape(*words.shape, 1, 1)
     out = _attend(
         spec,
         _heads_first(q + r_w, rows_p),
@@ -149,5 +159,6 @@ def relative_attention(
         pos_src,
         _pad_axis(row, 1, 0, rows_p),
         _pad_axis(key, 2, 0, keys_p),
+        words if dropatt else None,
     )
     return jnp.swapaxes(out[:, :, :num_rows], 1, 2)

@@ -9,7 +9,8 @@ A tile covers query rows [ib * b, (ib + 1) * b) and keys [jb * b, (jb + 1) * b) 
               the chip has it (TPU v5 and later), else uniform rolls and selects. The
               query stream (targets at arbitrary t) passes a precomputed bias tile instead;
   segment     (q + r_s) . seg_embed[same / other], precomputed as 2 columns per row.
-The mask comes from the row and key info vectors of `masks`.
+The mask comes from the row and key info vectors of `masks`; the attention dropout of the
+tile from its (row, head) word and the entries' indices (`dropout.keep`).
 """
 
 import dataclasses
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import masks
+from xlnet_jax.model.kernels import dropout, masks
 
 # Score of a blocked key, as the XLA path (exp of it is 0 unless the whole row is blocked).
 BLOCKED = -1e30
@@ -37,6 +38,7 @@ class TileSpec:
         tile (ib, jb) starts (jb - ib) * b further. None: the query stream (bias tiles).
       strided_roll: shift with one strided lane rotation (Mosaic has it on TPU v5 and later;
         on v2-v4 it fails with `SupportsVectorRotateLaneStride`), else with a barrel shifter.
+      dropatt: the attention dropout rate; 0: none (the kernels then take no words).
     """
 
     block: int
@@ -44,6 +46,7 @@ class TileSpec:
     num_keys: int
     window_offset: int | None
     strided_roll: bool
+    dropatt: float = 0.0
 
     @property
     def windowed(self) -> bool:
@@ -58,6 +61,19 @@ def dot_t(a: jax.Array, b: jax.Array) -> jax.Array:
 def t_dot(a: jax.Array, b: jax.Array) -> jax.Array:
     """a.T @ b in float32 ([m, n] x [m, h] -> [n, h])."""
     return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def dropout_scale(spec: TileSpec, words: jax.Array, ib, jb) -> jax.Array:
+    """float32 [b, b]: 1 / (1 - dropatt) where tile (ib, jb) keeps an entry, else 0.
+
+    words: uint32 [1, 1], the (row, head) word; entry (a, c) is query row ib * b + a of the
+    stream and key jb * b + c of [memory ; segment], as the XLA path numbers them.
+    """
+    b = spec.block
+    q = ib * b + jax.lax.broadcasted_iota(jnp.int32, (b, b), 0)
+    k = jb * b + jax.lax.broadcasted_iota(jnp.int32, (b, b), 1)
+    kept = dropout.keep(words, q, k, spec.dropatt)
+    return jnp.where(kept, jnp.float32(1 / (1 - spec.dropatt)), jnp.float32(0))
 
 
 def window(kr_ref, spec: TileSpec, ib, jb) -> tuple[jax.Array, jax.Array]:
