@@ -1,11 +1,11 @@
 """The Triton (GPU) attention kernel: interpret mode against the XLA path, and CUDA lowering.
 
 The equality tests run test_attention_kernel's layer cases through the Triton kernel
-(interpret mode, float32, tiles of 8) with dropatt 0 and 0.1. With dropout both paths must
-drop the same entries: both draw their words from the layer's rng (kernels.dropout). The lowering test exports the tiny-shaped train step
-for CUDA from this CPU: `auto` must pick the kernel there (Triton custom calls present), and
-no float32 [rows, keys]-sized array may remain; design A's BD (in the compute dtype) is the
-only score-sized array.
+(interpret mode, float32, tiles of 8) with dropatt 0 and 0.1; with dropout both paths draw
+their words from the layer's rng (kernels.dropout) and must drop the same entries. The
+lowering test exports the tiny-shaped train step for CUDA from this CPU: `auto` must pick
+the kernel there (Triton custom calls present), and no float32 [rows, keys]-sized array may
+remain; design A's BD (in the compute dtype) is the only score-sized array.
 """
 
 import math

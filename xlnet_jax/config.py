@@ -83,8 +83,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.dtype = "float32"  # Compute dtype: "float32" or "bfloat16"; params stay float32.
     c.remat = False  # Rematerialise each layer in the backward pass to save memory.
     c.scan_unroll = 1  # Layers per scan iteration; >= n_layer unrolls all (faster, longer compile).
-    # Attention: "xla" (reference), "pallas" (fused kernel), "auto" (pallas when the step is
-    # traced for a TPU, else xla). Not in checkpoints.
+    # Attention: "xla" (reference), "pallas" (fused kernel: Mosaic on TPU, Triton on NVIDIA
+    # GPUs), "auto" (pallas when the step is traced for a TPU or a GPU, else xla). Not in
+    # checkpoints.
     c.attention_impl = "auto"
 
     # --- Sequence layout and the permutation-LM objective ---

@@ -25,6 +25,7 @@ import sentencepiece as spm
 from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 
+from xlnet_jax import paths
 from xlnet_jax.data import normalize, tokenizer
 from xlnet_jax.errors import HFFormatError
 
@@ -107,9 +108,9 @@ def _backend_tokenizer(spm_path: str, keep_accents: bool, uncased: bool):
     from tokenizers.models import Unigram
     from tokenizers.processors import TemplateProcessing
 
-    with open(spm_path, "rb") as f:
-        proto = sentencepiece_model_pb2.ModelProto.FromString(f.read())
-    sp = spm.SentencePieceProcessor(model_file=spm_path)
+    model = paths.as_path(spm_path).read_bytes()  # local or gs://
+    proto = sentencepiece_model_pb2.ModelProto.FromString(model)
+    sp = spm.SentencePieceProcessor(model_proto=model)
     vocab = [
         (_hf_piece(sp.id_to_piece(i), keep_accents), sp.get_score(i))
         for i in range(sp.get_piece_size())

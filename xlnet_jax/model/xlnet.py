@@ -19,7 +19,7 @@ from xlnet_jax.model.attention import (
     query_rows,
 )
 from xlnet_jax.model.kernels import masks
-from xlnet_jax.model.kernels.mesh import target_device
+from xlnet_jax.model.kernels.mesh import NO_BF16_MATMUL, target_device
 from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
 
 ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "relu": jax.nn.relu}
@@ -58,10 +58,12 @@ def validate_model_config(cfg: ModelConfig) -> None:
 
 def uses_kernel(cfg: ModelConfig) -> bool:
     """Whether attention runs through the Pallas kernel: "pallas", or "auto" when the step is
-    traced for a TPU (Mosaic kernel) or an NVIDIA GPU (Triton kernel), dropout or not; on a CPU
-    the kernel would run interpreted, so "auto" keeps the XLA path there."""
+    traced for an NVIDIA GPU (Triton kernel) or a TPU whose Mosaic compiles it in cfg.dtype,
+    dropout or not; on a CPU the kernel would run interpreted, so "auto" keeps XLA there."""
     if cfg.attention_impl == "auto":
-        return target_device().platform in ("tpu", "gpu")
+        device = target_device()
+        bf16_fails = cfg.dtype == "bfloat16" and device.device_kind.startswith(NO_BF16_MATMUL)
+        return device.platform == "gpu" or (device.platform == "tpu" and not bf16_fails)
     return cfg.attention_impl == "pallas"
 
 

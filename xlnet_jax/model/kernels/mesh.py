@@ -20,6 +20,10 @@ from xlnet_jax.model.kernels.backends import relative_attention
 
 # TPU generations whose Mosaic has no strided lane rotation (tiles.TileSpec.strided_roll).
 NO_STRIDED_ROLL = ("TPU v2", "TPU v3", "TPU v4")
+# TPU generations whose Mosaic has no bfloat16 matmul (v3: "E2001: Unsupported matmul RHS
+# type on target: vector<128x128xbf16>"; v2 assumed alike): attention_impl="auto" keeps XLA
+# there in bfloat16.
+NO_BF16_MATMUL = ("TPU v2", "TPU v3")
 
 
 def target_device():
