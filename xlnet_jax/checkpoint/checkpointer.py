@@ -154,8 +154,18 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 - any failed write, reported in one line
             self._failed(step, one_line(e), final=final)
             return True
+        if not self._finalised(step):  # an async failure orbax did not raise (seen on gs://)
+            self._failed(step, "orbax reported no error, but the step is not finalised", final)
+            return True
         self._failures, self.newest_complete = 0, step
         return True
+
+    def _finalised(self, step: int) -> bool:
+        """Whether `step` is complete on storage (renamed, or commit_success.txt on gs://)."""
+        path = self.directory / str(step)
+        return paths.retry(
+            lambda: path.exists() and ocp.step.is_checkpoint_finalized(path), f"reading {path}"
+        )
 
     def _failed(self, step: int, reason: str, final: bool = False) -> None:
         """Reports a failed save in one line; raises once too many failed in a row."""
