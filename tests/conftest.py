@@ -22,3 +22,11 @@ def committed_tree(monkeypatch):
     from xlnet_jax.launch import pod
 
     monkeypatch.setattr(pod, "uncommitted_files", lambda source: [])
+
+
+@pytest.fixture
+def fresh_proxy(proxy):
+    """The module's fault proxy (its own `proxy` fixture), reset before and after the test."""
+    proxy.reset()
+    yield proxy
+    proxy.reset()

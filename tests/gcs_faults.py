@@ -29,9 +29,13 @@ from collections.abc import Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiohttp
+import gcsfs
+import pytest
 from aiohttp import web
+from gcsfs.retry import retry_request
 
 from tests import gcs_emulator
+from xlnet_jax import paths
 
 CLASSES = ("read", "write", "list", "delete", "chunk", "metadata")
 _HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
@@ -127,6 +131,11 @@ class FaultProxy:
         with self._lock:
             self.faults.clear()
             self._outage_until = 0.0
+
+    def reset(self) -> None:
+        """No scripted faults and zeroed counters: a test starts from a healthy store."""
+        self.clear()
+        self.counts.clear()
 
     def outage(self, seconds: float) -> None:
         """Answers every request 503 for `seconds` from now."""
@@ -260,3 +269,24 @@ def running(seed: int = 0, bucket: str = gcs_emulator.BUCKET) -> Iterator[FaultP
             yield proxy
         finally:
             proxy.close()
+
+
+@contextlib.contextmanager
+def faulty_storage(
+    seed: int, retry: str, gcsfs_retries: int | None = None, **env: str
+) -> Iterator[FaultProxy]:
+    """`running`, with gs:// clients pointed at the proxy, our retry policy set to `retry`
+    ($XLNET_JAX_STORAGE_RETRY), gcsfs's own retries cut to `gcsfs_retries` (so a fault
+    outlasts them and reaches ours) and other environment variables `env`; one per module."""
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        running(seed=seed) as proxy,
+        gcs_emulator.pointed_at(proxy.url),
+    ):
+        patch.setenv(paths.RETRY_ENV, retry)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        if gcsfs_retries is not None:
+            request = retry_request(retries=gcsfs_retries)(gcsfs.GCSFileSystem._request.__wrapped__)
+            patch.setattr(gcsfs.GCSFileSystem, "_request", request)
+        yield proxy

@@ -8,12 +8,10 @@ seconds; every wait is bounded."""
 import logging
 import time
 
-import gcsfs
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gcsfs.retry import retry_request
 
 from tests import gcs_emulator, gcs_faults, train_config
 from tests import train_harness as harness
@@ -31,25 +29,13 @@ FAST = "attempts=2,first_delay_s=0.05,max_delay_s=0.1,budget_s=2,save_wait_s=20,
 
 @pytest.fixture(scope="module")
 def proxy():
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        gcs_faults.running(seed=11) as proxy,
-        gcs_emulator.pointed_at(proxy.url),
-    ):
-        patch.setenv(paths.RETRY_ENV, FAST)
-        single = retry_request(retries=2)(gcsfs.GCSFileSystem._request.__wrapped__)
-        patch.setattr(gcsfs.GCSFileSystem, "_request", single)
+    with gcs_faults.faulty_storage(seed=11, retry=FAST, gcsfs_retries=2) as proxy:
         checkpointer_module._configure_tensorstore_retries(paths.retry_policy())
         yield proxy
     checkpointer_module._configure_tensorstore_retries(paths.RetryPolicy())
 
 
-@pytest.fixture(autouse=True)
-def _fresh(proxy):
-    proxy.clear()
-    proxy.counts.clear()
-    yield
-    proxy.clear()
+pytestmark = pytest.mark.usefixtures("fresh_proxy")
 
 
 CONFIG = train_config.get_config()

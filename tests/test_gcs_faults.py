@@ -21,12 +21,7 @@ def proxy():
         yield proxy
 
 
-@pytest.fixture(autouse=True)
-def _fresh(proxy):
-    proxy.clear()
-    proxy.counts.clear()
-    yield
-    proxy.clear()
+pytestmark = pytest.mark.usefixtures("fresh_proxy")
 
 
 def _put(proxy, name: str, data: bytes) -> int:

@@ -20,21 +20,12 @@ LEASE_WRITES = dict(classes=("write",), match="ifGenerationMatch")
 
 @pytest.fixture(scope="module")
 def proxy():
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        gcs_faults.running(seed=3) as proxy,
-        gcs_emulator.pointed_at(proxy.url),
-    ):
-        patch.setenv(paths.RETRY_ENV, "first_delay_s=0.1,max_delay_s=0.5,budget_s=20")
+    retry = "first_delay_s=0.1,max_delay_s=0.5,budget_s=20"
+    with gcs_faults.faulty_storage(seed=3, retry=retry) as proxy:
         yield proxy
 
 
-@pytest.fixture(autouse=True)
-def _fresh(proxy):
-    proxy.clear()
-    proxy.counts.clear()
-    yield
-    proxy.clear()
+pytestmark = pytest.mark.usefixtures("fresh_proxy")
 
 
 def _until(condition, timeout: float, what: str):

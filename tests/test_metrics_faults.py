@@ -5,9 +5,7 @@ dropped; when storage stays down past the budget, close() says so and keeps the 
 import logging
 import time
 
-import gcsfs
 import pytest
-from gcsfs.retry import retry_request
 
 from tests import gcs_emulator, gcs_faults
 from xlnet_jax import paths
@@ -18,15 +16,9 @@ ROOT = f"gs://{gcs_emulator.BUCKET}"
 
 @pytest.fixture(scope="module")
 def proxy():
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        gcs_faults.running(seed=13) as proxy,
-        gcs_emulator.pointed_at(proxy.url),
-    ):
-        patch.setenv(paths.RETRY_ENV, "first_delay_s=0.1,max_delay_s=0.5,budget_s=30")
-        # gcsfs's own retries would ride out these outages; cut short, they reach ours.
-        single = retry_request(retries=1)(gcsfs.GCSFileSystem._request.__wrapped__)
-        patch.setattr(gcsfs.GCSFileSystem, "_request", single)
+    retry = "first_delay_s=0.1,max_delay_s=0.5,budget_s=30"
+    # gcsfs's own retries would ride out these outages; cut short, they reach ours.
+    with gcs_faults.faulty_storage(seed=13, retry=retry, gcsfs_retries=1) as proxy:
         yield proxy
 
 

@@ -20,22 +20,13 @@ FILES = {"xlnet_corpus/1.0.0/train.array_record": os.urandom(3000), "spm.model":
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory):
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        gcs_faults.running(seed=17) as proxy,
-        gcs_emulator.pointed_at(proxy.url),
-    ):
-        patch.setenv(paths.RETRY_ENV, "first_delay_s=0.05,max_delay_s=0.2,budget_s=30")
-        patch.setenv(paths.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+    retry = "first_delay_s=0.05,max_delay_s=0.2,budget_s=30"
+    cache = str(tmp_path_factory.mktemp("cache"))
+    with gcs_faults.faulty_storage(seed=17, retry=retry, **{paths.CACHE_ENV: cache}) as proxy:
         yield proxy
 
 
-@pytest.fixture(autouse=True)
-def _fresh(proxy):
-    proxy.clear()
-    proxy.counts.clear()
-    yield
-    proxy.clear()
+pytestmark = pytest.mark.usefixtures("fresh_proxy")
 
 
 def _remote_corpus(name: str) -> Manifest:

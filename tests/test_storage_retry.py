@@ -4,9 +4,8 @@ in seconds instead of after gcsfs's ~31 s of retries; every wait is bounded."""
 
 import time
 
-import gcsfs
 import pytest
-from gcsfs.retry import HttpError, retry_request
+from gcsfs.retry import HttpError
 
 from tests import gcs_emulator, gcs_faults, train_config
 from tests.gcs_faults import Fault
@@ -21,23 +20,12 @@ ROOT = f"gs://{gcs_emulator.BUCKET}"
 
 @pytest.fixture(scope="module")
 def proxy():
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        gcs_faults.running(seed=5) as proxy,
-        gcs_emulator.pointed_at(proxy.url),
-    ):
-        patch.setenv(paths.RETRY_ENV, "first_delay_s=0.05,max_delay_s=0.2,budget_s=15")
-        single = retry_request(retries=1)(gcsfs.GCSFileSystem._request.__wrapped__)
-        patch.setattr(gcsfs.GCSFileSystem, "_request", single)
+    retry = "first_delay_s=0.05,max_delay_s=0.2,budget_s=15"
+    with gcs_faults.faulty_storage(seed=5, retry=retry, gcsfs_retries=1) as proxy:
         yield proxy
 
 
-@pytest.fixture(autouse=True)
-def _fresh(proxy):
-    proxy.clear()
-    proxy.counts.clear()
-    yield
-    proxy.clear()
+pytestmark = pytest.mark.usefixtures("fresh_proxy")
 
 
 def test_the_delay_grows_with_jitter_and_is_capped():
