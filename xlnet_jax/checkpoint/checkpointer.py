@@ -154,7 +154,8 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 - any failed write, reported in one line
             self._failed(step, one_line(e), final=final)
             return True
-        if not self._finalised(step):  # an async failure orbax did not raise (seen on gs://)
+        # An async failure orbax did not raise (seen on gs://); process 0 writes the marker.
+        if jax.process_index() == 0 and not self._finalised(step):
             self._failed(step, "orbax reported no error, but the step is not finalised", final)
             return True
         self._failures, self.newest_complete = 0, step
@@ -163,9 +164,8 @@ class Checkpointer:
     def _finalised(self, step: int) -> bool:
         """Whether `step` is complete on storage (renamed, or commit_success.txt on gs://)."""
         path = self.directory / str(step)
-        return paths.retry(
-            lambda: path.exists() and ocp.step.is_checkpoint_finalized(path), f"reading {path}"
-        )
+        marker = path / "commit_success.txt" if paths.is_remote(path) else path
+        return paths.retry(marker.exists, f"reading {marker}")
 
     def _failed(self, step: int, reason: str, final: bool = False) -> None:
         """Reports a failed save in one line; raises once too many failed in a row."""
