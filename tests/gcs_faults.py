@@ -29,10 +29,8 @@ from collections.abc import Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiohttp
-import gcsfs
 import pytest
 from aiohttp import web
-from gcsfs.retry import retry_request
 
 from tests import gcs_emulator
 from xlnet_jax import paths
@@ -272,12 +270,10 @@ def running(seed: int = 0, bucket: str = gcs_emulator.BUCKET) -> Iterator[FaultP
 
 
 @contextlib.contextmanager
-def faulty_storage(
-    seed: int, retry: str, gcsfs_retries: int | None = None, **env: str
-) -> Iterator[FaultProxy]:
+def faulty_storage(seed: int, retry: str, **env: str) -> Iterator[FaultProxy]:
     """`running`, with gs:// clients pointed at the proxy, our retry policy set to `retry`
-    ($XLNET_JAX_STORAGE_RETRY), gcsfs's own retries cut to `gcsfs_retries` (so a fault
-    outlasts them and reaches ours) and other environment variables `env`; one per module."""
+    ($XLNET_JAX_STORAGE_RETRY: gcsfs's requests follow it too) and other environment
+    variables `env`; one per module."""
     with (
         pytest.MonkeyPatch.context() as patch,
         running(seed=seed) as proxy,
@@ -286,7 +282,4 @@ def faulty_storage(
         patch.setenv(paths.RETRY_ENV, retry)
         for name, value in env.items():
             patch.setenv(name, value)
-        if gcsfs_retries is not None:
-            request = retry_request(retries=gcsfs_retries)(gcsfs.GCSFileSystem._request.__wrapped__)
-            patch.setattr(gcsfs.GCSFileSystem, "_request", request)
         yield proxy

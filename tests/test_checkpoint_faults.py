@@ -2,8 +2,8 @@
 faults: the end-to-end test, tests/test_gcs_faults_e2e.py). A save under an outage fails
 in one line, training goes on, the failed step is never complete; failed saves in a row
 stop the run naming the newest complete step; a save that stalls is given up after
-save_wait_s. gcsfs's and tensorstore's retries are cut short here so that each test takes
-seconds; every wait is bounded."""
+save_wait_s. The retry policy (gcsfs and tensorstore follow it) is cut short here, so
+that each test takes seconds; every wait is bounded."""
 
 import logging
 import time
@@ -21,7 +21,7 @@ from xlnet_jax.checkpoint import checkpointer as checkpointer_module
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.checkpoint.train_state import TrainState
-from xlnet_jax.errors import CheckpointError
+from xlnet_jax.errors import SavesFailedError
 
 ROOT = f"gs://{gcs_emulator.BUCKET}"
 FAST = "attempts=2,first_delay_s=0.05,max_delay_s=0.1,budget_s=2,save_wait_s=20,failed_saves=3"
@@ -29,7 +29,7 @@ FAST = "attempts=2,first_delay_s=0.05,max_delay_s=0.1,budget_s=2,save_wait_s=20,
 
 @pytest.fixture(scope="module")
 def proxy():
-    with gcs_faults.faulty_storage(seed=11, retry=FAST, gcsfs_retries=2) as proxy:
+    with gcs_faults.faulty_storage(seed=11, retry=FAST) as proxy:
         checkpointer_module._configure_tensorstore_retries(paths.retry_policy())
         yield proxy
     checkpointer_module._configure_tensorstore_retries(paths.RetryPolicy())
@@ -111,7 +111,8 @@ def test_failed_saves_in_a_row_stop_the_run_naming_the_newest_complete_step(prox
     assert _save(checkpointer, 1)
     _settled(checkpointer)
     proxy.add(Fault("status", status=503, classes=("write", "chunk")))
-    with pytest.raises(CheckpointError, match="3 save.s. in a row failed.* step 1 in gs://"):
+    # A StorageError, so the CLI exits with STORAGE_EXIT_CODE and `launch run` trains again.
+    with pytest.raises(SavesFailedError, match="3 save.s. in a row failed.* step 1 in gs://"):
         for step in (2, 3, 4, 5):
             _save(checkpointer, step)
             _settled(checkpointer)
@@ -121,13 +122,13 @@ def test_failed_saves_in_a_row_stop_the_run_naming_the_newest_complete_step(prox
 def test_a_stalled_save_is_given_up_after_its_bound(proxy, monkeypatch, caplog):
     monkeypatch.setenv(paths.RETRY_ENV, FAST.replace("save_wait_s=20", "save_wait_s=0.5"))
     checkpointer = Checkpointer(f"{ROOT}/ckpt-stall", CONFIG)
-    proxy.add(Fault("stall", stall_s=4, classes=("write", "chunk"), times=1))
+    proxy.add(Fault("stall", stall_s=4, classes=("write", "chunk"), times=1, match="ckpt-stall"))
     start = time.monotonic()
     assert _save(checkpointer, 1)
     with caplog.at_level(logging.ERROR, logger="xlnet_jax"):
         assert not _save(checkpointer, 2)  # step 1 still writing: step 2 is not started
     assert any("still writing after 0.5 s" in r.getMessage() for r in caplog.records)
-    with pytest.raises(CheckpointError, match="still writing after 0.5 s.*gave it up"):
+    with pytest.raises(SavesFailedError, match="still writing after 0.5 s.*gave it up"):
         checkpointer.close()
     assert time.monotonic() - start < 3  # the loop and the exit waited 0.5 s each, not 4
     np.testing.assert_equal(proxy.injected("stall"), 1)
@@ -155,3 +156,30 @@ def test_a_step_unreadable_for_a_storage_error_is_skipped_but_never_moved(proxy,
     assert any(
         "step 4" in r.getMessage() and "left in place" in r.getMessage() for r in caplog.records
     )
+
+
+def test_a_save_whose_marker_is_never_written_fails_and_costs_no_good_step(proxy, caplog):
+    # orbax logs this failure instead of raising it, and its finalize still deletes the
+    # step the save was to replace: with keep_checkpoints=1 that was the only good one.
+    workdir = f"{ROOT}/ckpt-no-marker"
+    config = train_config.get_config()
+    config.keep_checkpoints = 1
+    checkpointer = Checkpointer(workdir, config)
+    assert _save(checkpointer, 2)
+    _settled(checkpointer)
+    proxy.add(Fault("status", status=503, classes=("write", "chunk"), match="4/commit_success"))
+    with caplog.at_level(logging.ERROR, logger="xlnet_jax"):
+        _save(checkpointer, 4)
+        _settled(checkpointer)
+    proxy.clear()
+    failed = [r.getMessage() for r in caplog.records if "save of step 4 failed" in r.getMessage()]
+    assert len(failed) == 1 and "step 2" in failed[0], [r.getMessage() for r in caplog.records]
+    assert proxy.injected("503", "write") + proxy.injected("503", "chunk") > 0
+    assert checkpointer.steps() == [2]
+    for step in (6, 8):
+        assert _save(checkpointer, step)
+        _settled(checkpointer)
+    checkpointer.close()
+    reader = Checkpointer(workdir, config)
+    assert reader.steps() == [6, 8]  # step 2 went at the save after step 6 was complete
+    reader.close()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xlnet_jax.launch import job, pod
+from xlnet_jax.errors import STORAGE_EXIT_CODE
+from xlnet_jax.launch import commands, job, pod, remote
 from xlnet_jax.launch.pod import _parse
 
 pytestmark = pytest.mark.usefixtures("committed_tree")
@@ -117,14 +118,18 @@ else:  # ssh
         if s["trains"] <= s["preempt"]:
             s["state"] = "PREEMPTED"; print("running")
         else:
-            print(f"exit {s['exit']}")
+            code_ = s["exit"].pop(0) if isinstance(s["exit"], list) else s["exit"]
+            print(f"exit {code_}")
 json.dump(s, open(state_file, "w"))
 sys.exit(code)
 """
 
 
-def run_job(tmp_path, monkeypatch, *, preempt: int, exit_code: int = 0, max_restarts: int = 2):
-    """`launch run` with a stand-in gcloud whose slice is preempted `preempt` times."""
+def run_job(
+    tmp_path, monkeypatch, *, preempt: int, exit_code: int | list = 0, max_restarts: int = 2
+):
+    """`launch run` with a stand-in gcloud whose slice is preempted `preempt` times; the
+    trainer ends with `exit_code` (a list: one code per training, in turn)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     gcloud = bin_dir / "gcloud"
@@ -141,8 +146,9 @@ def run_job(tmp_path, monkeypatch, *, preempt: int, exit_code: int = 0, max_rest
          "--config", "configs/base.py", "--workdir", "gs://b/run", f"--max-restarts={max_restarts}"]
     )  # fmt: skip
     create, setup, train = pod._create(args), pod._setup(args), pod._train(args)
+    stop = commands.ssh(*pod._where(args), "all", remote.stop(1))
     code = job.run_job(
-        pod._where(args), False, create[0], setup, train[0],
+        pod._where(args), False, create[0], setup, train[0], stop,
         max_restarts=max_restarts, poll=0, sleep=lambda _: None,
     )  # fmt: skip
     return code, json.loads(Path(state).read_text())
@@ -179,3 +185,26 @@ def test_a_failing_trainer_is_not_retried(tmp_path, monkeypatch, capsys):
     code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=3)
     assert code == 3 and state["trains"] == 1
     assert "training ended with exit code 3" in capsys.readouterr().err
+
+
+def test_a_trainer_stopped_by_storage_is_trained_again_on_the_same_slice(
+    tmp_path, monkeypatch, capsys
+):
+    code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[STORAGE_EXIT_CODE, 0])
+    assert code == 0 and state["trains"] == 2
+    verbs = [call.split()[3] for call in state["calls"]]
+    assert verbs == [
+        "describe", "create", "describe", "ssh", "ssh",  # create, setup, train
+        "describe", "ssh",  # watch: the trainer exited 4
+        "ssh",  # stop every worker
+        "describe", "ssh",  # train again, no recreate or setup
+        "describe", "ssh",  # watch: finished
+    ]  # fmt: skip
+    err = capsys.readouterr().err
+    assert "object storage kept failing; training again" in err and "restart 1 of 2" in err
+
+
+def test_storage_failures_count_among_the_restarts(tmp_path, monkeypatch, capsys):
+    code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[STORAGE_EXIT_CODE] * 3)
+    assert code == STORAGE_EXIT_CODE and state["trains"] == 3
+    assert "training ended with exit code 4" in capsys.readouterr().err

@@ -1,17 +1,21 @@
-"""The one retry policy (paths.retry) and the startup checks that use it, through the fault
-proxy. gcsfs's own inner retries are cut to one attempt here, so the faults reach our layer
-in seconds instead of after gcsfs's ~31 s of retries; every wait is bounded."""
+"""The one retry policy (paths.retry, and each gcsfs request) and the startup checks that use
+it, through the fault proxy. The policy's delays are cut short here, so the faults reach our
+layer in seconds; every wait is bounded."""
 
+import subprocess
+import sys
 import time
 
+import gcsfs
 import pytest
 from gcsfs.retry import HttpError
 
 from tests import gcs_emulator, gcs_faults, train_config
+from tests import train_harness as harness
 from tests.gcs_faults import Fault
 from xlnet_jax import paths
 from xlnet_jax.data.manifest import load_manifest
-from xlnet_jax.errors import ConfigError, DataError, StorageError
+from xlnet_jax.errors import STORAGE_EXIT_CODE, ConfigError, DataError, StorageError
 from xlnet_jax.run.workdir import prepare_workdir
 from xlnet_jax.training import run_config
 
@@ -21,7 +25,7 @@ ROOT = f"gs://{gcs_emulator.BUCKET}"
 @pytest.fixture(scope="module")
 def proxy():
     retry = "first_delay_s=0.05,max_delay_s=0.2,budget_s=15"
-    with gcs_faults.faulty_storage(seed=5, retry=retry, gcsfs_retries=1) as proxy:
+    with gcs_faults.faulty_storage(seed=5, retry=retry) as proxy:
         yield proxy
 
 
@@ -92,6 +96,24 @@ def test_retries_stop_at_the_attempt_bound_and_at_the_time_bound():
     assert time.monotonic() - start < 0.5 + 2 and len(calls) >= 3
 
 
+def test_each_gcsfs_request_retries_under_the_policy(proxy, monkeypatch):
+    fs = gcsfs.GCSFileSystem()
+    fs.pipe_file(f"{gcs_emulator.BUCKET}/policy", b"p")
+    proxy.add(Fault("status", status=503, classes=("read",), times=2))
+    assert fs.cat_file(f"{gcs_emulator.BUCKET}/policy") == b"p"  # the third try answers
+    monkeypatch.setenv(paths.RETRY_ENV, "attempts=3,first_delay_s=0.05,max_delay_s=0.1")
+    proxy.add(Fault("status", status=503, classes=("read",)))
+    reads = proxy.requests["read"]
+    with pytest.raises(HttpError, match="503"):
+        fs.cat_file(f"{gcs_emulator.BUCKET}/policy")
+    assert proxy.requests["read"] - reads == 3  # the policy's attempts, not gcsfs's 6
+    proxy.clear()
+    reads = proxy.requests["read"]
+    with pytest.raises(FileNotFoundError):  # an answer: asked once
+        fs.cat_file(f"{gcs_emulator.BUCKET}/missing")
+    assert proxy.requests["read"] - reads == 1
+
+
 def test_startup_checks_retry_transient_faults(proxy):
     workdir, corpus = f"{ROOT}/startup/run", f"{ROOT}/startup/corpus"
     for fault in (
@@ -118,3 +140,22 @@ def test_a_startup_check_that_outlasts_the_budget_says_storage_failed(proxy, mon
     with pytest.raises(StorageError, match="while (checking|probing that) .*injected, 503"):
         prepare_workdir(f"{ROOT}/startup/out", 0)
     assert proxy.injected("outage") >= 2
+
+
+def test_the_cli_exits_with_the_storage_code_when_storage_outlasts_the_budget(proxy):
+    proxy.outage(60)
+    try:
+        env = harness.environment(
+            **gcs_emulator.environment(proxy.url),
+            **{paths.RETRY_ENV: "first_delay_s=0.05,max_delay_s=0.1,budget_s=1"},
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "xlnet_jax.cli", "eval", "--config", harness.CONFIG,
+             "--workdir", f"{ROOT}/cli-down", "--num_cpu_devices=1"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        proxy.clear()
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == STORAGE_EXIT_CODE, result.stderr[-3000:]
+    assert last.startswith("xlnet-jax eval: error: Object storage failed"), last

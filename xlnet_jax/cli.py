@@ -4,7 +4,9 @@ Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Every error
 line, `xlnet-jax COMMAND: error: ...`, with no traceback. Exit codes: 0 done; 1 a known
 error (the `XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint);
 2 a wrong command line (unknown command, flag or config field; a missing flag); 3 `compile`:
-the step does not fit the topology's memory; 130 Ctrl-C (train saves first; see train.py).
+the step does not fit the topology's memory; 4 object storage kept failing past the retry
+budget (rerun when it answers: training resumes; `launch run` does so itself); 130 Ctrl-C
+(train saves first; see train.py).
 """
 
 import dataclasses
@@ -19,7 +21,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from xlnet_jax.errors import UsageError, XLNetJaxError
+from xlnet_jax.errors import STORAGE_EXIT_CODE, StorageError, UsageError, XLNetJaxError
 
 # The shell's status for a process stopped by Ctrl-C (128 + SIGINT).
 INTERRUPTED_EXIT_CODE = 130
@@ -488,7 +490,7 @@ def main(argv: list[str]) -> int:
         return 2
     except XLNetJaxError as e:  # its message is the whole story
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)
-        _exit_now(1)
+        _exit_now(STORAGE_EXIT_CODE if isinstance(e, StorageError) else 1)
     except KeyboardInterrupt:  # Ctrl-C outside the training loop: one line, no traceback
         print(f"\nxlnet-jax {name}: interrupted (Ctrl-C).", file=sys.stderr)
         _exit_now(INTERRUPTED_EXIT_CODE)

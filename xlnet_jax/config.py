@@ -122,7 +122,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.eval_every = 100  # Steps between evaluations on the validation split; 0 disables.
     c.eval_steps = 4  # Validation batches per evaluation.
     c.checkpoint_every = 100  # Steps between checkpoints.
-    c.keep_checkpoints = 3  # Newest checkpoints kept on disk.
+    c.keep_checkpoints = 3  # Newest complete checkpoints kept (+1 until the next save).
     c.peak_tflops_per_device = 0.29  # Peak dense TFLOP/s of one device, for MFU.
 
     # --- Device mesh and sharding ---

@@ -53,5 +53,15 @@ class MissingDependencyError(XLNetJaxError, ImportError):
     """An optional dependency the command needs is not installed; the message says which extra."""
 
 
+# The CLI's exit code for a StorageError: storage, not the run, failed, so `launch run`
+# trains again (resuming) instead of ending the job.
+STORAGE_EXIT_CODE = 4
+
+
 class StorageError(XLNetJaxError, RuntimeError):
     """Object storage kept failing past the retry budget (paths.retry); rerunning resumes."""
+
+
+class SavesFailedError(StorageError, CheckpointError):
+    """Checkpoint saves failed too often in a row, or one outlasted its wait: the run stops
+    and a rerun resumes from the newest complete step."""

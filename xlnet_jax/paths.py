@@ -12,6 +12,8 @@ the workdir lock, the corpus) use whole-object writes, generation preconditions
 
 import asyncio
 import dataclasses
+import functools
+import itertools
 import logging
 import os
 import random
@@ -22,9 +24,10 @@ from typing import TypeVar
 
 import aiohttp
 import fsspec
+import gcsfs.core
 import requests
 from etils import epath
-from gcsfs.retry import HttpError
+from gcsfs.retry import ChecksumError, HttpError
 
 from xlnet_jax.errors import ConfigError, StorageError
 
@@ -78,11 +81,15 @@ def move_tree(source: epath.Path, target: epath.Path) -> None:
         shutil.move(source, target)
 
 
-# The one retry policy for object storage. Our own calls (the lease, the writability probe,
-# metrics uploads, config and manifest reads, corpus staging) go through `retry`;
-# tensorstore's gcs driver (orbax's arrays) gets the same attempts and delays
-# (checkpoint/checkpointer.py). gcsfs keeps its own inner retries of each request (6
-# attempts, 1-32 s apart, ~31 s), which `retry` then wraps.
+# The one retry policy for object storage, in every layer:
+# - each HTTP request gcsfs makes (epath's gs:// backend; orbax's metadata) is retried by
+#   `_retry_gcsfs_requests` below, in place of gcsfs's fixed 6 tries;
+# - tensorstore's gcs driver (orbax's arrays) gets the same attempts and delays
+#   (checkpoint/checkpointer.py);
+# - our own operations (the lease, the writability probe, metrics uploads, config and
+#   manifest reads, corpus staging) go through `retry`, which wraps a whole operation.
+# A request retries within budget_s, and `retry` starts no new try past budget_s, so one
+# operation gives up within about twice budget_s.
 RETRY_ENV = "XLNET_JAX_STORAGE_RETRY"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # gcsfs logs each request that ran out of its retries with a traceback; the error reaches
@@ -152,6 +159,7 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(
         error,
         (
+            ChecksumError,  # a download that arrived damaged
             aiohttp.ClientError,
             requests.RequestException,
             ConnectionError,
@@ -198,6 +206,37 @@ def retry(
                 delay,
             )
             time.sleep(delay)
+
+
+def _retry_gcsfs_requests() -> None:
+    """Makes every request gcsfs sends retry under the policy (read when it is sent), not
+    under gcsfs's own fixed schedule; 404s and other answers are raised at once."""
+
+    def under_policy(request):
+        @functools.wraps(request)
+        async def retried(*args, **kwargs):
+            policy, start = retry_policy(), time.monotonic()
+            for attempt in itertools.count(1):
+                try:
+                    return await request(*args, **kwargs)
+                except Exception as e:
+                    delay = policy.delay(attempt)
+                    if (
+                        not is_transient(e)
+                        or attempt >= policy.attempts
+                        or time.monotonic() + delay > start + policy.budget_s
+                    ):
+                        raise
+                    await asyncio.sleep(delay)
+
+        return retried
+
+    for name in ("_request", "_get_file_request", "_get_file_concurrent"):
+        method = getattr(gcsfs.core.GCSFileSystem, name)  # the class gcsfs decorates
+        setattr(gcsfs.core.GCSFileSystem, name, under_policy(method.__wrapped__))
+
+
+_retry_gcsfs_requests()
 
 
 def _one_line(error: BaseException) -> str:

@@ -16,6 +16,12 @@ the run stops naming the newest complete step. orbax marks a step complete only 
 of it is written (a rename, or commit_success.txt on object storage), so a failed save
 leaves no step that restores as complete. tensorstore's gcs driver retries each request
 with the policy's attempts and delays (`gcs_request_retries`).
+
+orbax 0.12 logs, rather than raises, an item that failed to commit: the save then ends with
+no error and no marker, and its finalize still deletes the step the save was to replace.
+So process 0 checks the marker itself, and only steps seen complete count towards
+`keep_checkpoints` (_KeepNewestComplete): a failed save never costs a good step, and the
+step a save replaces is deleted by the save after it, once the new one is known complete.
 """
 
 import logging
@@ -27,6 +33,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
+from orbax.checkpoint._src.checkpoint_managers import preservation_policy
 from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
 from xlnet_jax import paths
@@ -34,7 +41,7 @@ from xlnet_jax.checkpoint import orbax_drain
 from xlnet_jax.checkpoint.checksums import tree_checksums, verify_checksums
 from xlnet_jax.checkpoint.meta import DamagedStep, check_compatible, looks_like_meta, one_line
 from xlnet_jax.checkpoint.train_state import TrainState
-from xlnet_jax.errors import CheckpointError
+from xlnet_jax.errors import CheckpointError, SavesFailedError
 
 log = logging.getLogger(__name__)
 orbax_drain.install()  # a fallback from a damaged step prints its warning and nothing else
@@ -54,6 +61,19 @@ def _configure_tensorstore_retries(policy: paths.RetryPolicy) -> None:
 _configure_tensorstore_retries(paths.retry_policy())
 
 
+class _KeepNewestComplete(preservation_policy.PreservationPolicy):
+    """Keeps the newest `n` steps known complete, and every step not yet known complete
+    (the save in flight, or one that failed): orbax deletes only what this lets go."""
+
+    def __init__(self, n: int, complete: set[int]):
+        self.n, self.complete = n, complete
+
+    def should_preserve(self, checkpoints, *, context) -> list[bool]:
+        del context
+        newest = sorted(c.step for c in checkpoints if c.step in self.complete)[-self.n :]
+        return [c.step not in self.complete or c.step in newest for c in checkpoints]
+
+
 class Checkpointer:
     """Saves every `checkpoint_every` steps asynchronously, keeps the newest N."""
 
@@ -63,8 +83,9 @@ class Checkpointer:
         self._policy = paths.retry_policy()
         # The step's directories are made in save() itself: made in the background, a
         # failure there leaves orbax's other save threads waiting 300 s for its signal.
+        self._complete: set[int] = set()  # steps seen finalised: listed, or checked after a save
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=config.keep_checkpoints,
+            preservation_policy=_KeepNewestComplete(config.keep_checkpoints, self._complete),
             enable_async_checkpointing=True,
             async_options=ocp.AsyncOptions(
                 timeout_secs=max(1, math.ceil(self._policy.save_wait_s)),
@@ -77,6 +98,7 @@ class Checkpointer:
             ),
             f"listing the checkpoints in {self.directory}",
         )
+        self._complete.update(self.manager.all_steps())  # orbax lists only finalised steps
         self._in_flight: int | None = None  # the step of a save not yet known to be complete
         self._failures = 0  # failed saves in a row
         self.newest_complete: int | None = None
@@ -123,19 +145,19 @@ class Checkpointer:
             self._settle(0)
 
     def wait(self) -> None:
-        """Waits (at most save_wait_s) until the in-flight save is complete; CheckpointError
+        """Waits (at most save_wait_s) until the in-flight save is complete; SavesFailedError
         if it failed or is still writing."""
         if not self._settle(self._policy.save_wait_s, final=True):
-            raise CheckpointError(self._gave_up())
+            raise SavesFailedError(self._gave_up())
 
     def close(self) -> None:
         """Waits (at most save_wait_s) for the in-flight save, then releases orbax's threads.
 
-        A save still writing then is given up with CheckpointError (the CLI exits without
+        A save still writing then is given up with SavesFailedError (the CLI exits without
         waiting for orbax's threads), naming the newest complete step.
         """
         if not self._settle(self._policy.save_wait_s, final=True):
-            raise CheckpointError(self._gave_up())
+            raise SavesFailedError(self._gave_up())
         self.manager.close()
 
     def _settle(self, timeout: float, final: bool = False) -> bool:
@@ -159,6 +181,7 @@ class Checkpointer:
             self._failed(step, "orbax reported no error, but the step is not finalised", final)
             return True
         self._failures, self.newest_complete = 0, step
+        self._complete.add(step)
         return True
 
     def _finalised(self, step: int) -> bool:
@@ -172,7 +195,7 @@ class Checkpointer:
         self._failures += 1
         newest = f"step {self.newest_complete}" if self.newest_complete else "none"
         if final or self._failures >= self._policy.failed_saves:
-            raise CheckpointError(
+            raise SavesFailedError(
                 f"The checkpoint save of step {step} failed ({reason}); "
                 f"{self._failures} save(s) in a row failed. The newest complete checkpoint "
                 f"is {newest} in {self.directory}: rerun when storage answers, training "
@@ -196,8 +219,9 @@ class Checkpointer:
         )
 
     def steps(self) -> list[int]:
-        """The finalised steps, oldest first (orbax skips unfinished *.orbax-checkpoint-tmp)."""
-        return sorted(self.manager.all_steps())
+        """The finalised steps, oldest first: those orbax listed (it skips unfinished
+        *.orbax-checkpoint-tmp) or that this run saw complete; a failed save is not one."""
+        return sorted(step for step in self.manager.all_steps() if step in self._complete)
 
     def restore(
         self,

@@ -5,8 +5,10 @@ every `poll` seconds. A slice that gcloud reports lost (PREEMPTED, TERMINATED, .
 queued resource SUSPENDED, FAILED, ...) is deleted and recreated, set up again and
 trained again: training resumes from the workdir's newest checkpoint, so the workdir
 must be on gs://. After `max_restarts` recreations it gives up with a message naming
-the state it last saw. The trainer's own failure (a non-zero exit code on worker 0) is
-not a preemption: it is reported and returned, without a retry.
+the state it last saw. A trainer that stopped because object storage kept failing (exit
+code STORAGE_EXIT_CODE on worker 0) is stopped on every worker and started again after
+STORAGE_PAUSE_S, on the same slice, counted among the restarts. Any other failure of the
+trainer (a non-zero exit code) is reported and returned, without a retry.
 """
 
 import subprocess
@@ -14,7 +16,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from xlnet_jax.errors import STORAGE_EXIT_CODE
 from xlnet_jax.launch import commands, remote
+
+# The trainer already retried storage for its budget; give an outage this long to end.
+STORAGE_PAUSE_S = 120.0
 
 _UP = {"READY", "ACTIVE"}
 _STARTING = {
@@ -39,28 +45,42 @@ def run_job(
     create: Sequence[str],
     setup: Sequence[Sequence[str]],
     train: Sequence[str],
+    stop: Sequence[str],
     *,
     max_restarts: int,
     poll: float,
     gcloud: Gcloud = _gcloud,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Runs the job to its end; the trainer's exit code, or 1 after too many restarts."""
-    restarts, state = 0, _state(where, queued, gcloud)
+    """Runs the job to its end; the trainer's exit code, or 1 after too many restarts.
+
+    `stop` stops the trainer on every worker (before a storage failure's retry)."""
+    restarts, state, set_up = 0, _state(where, queued, gcloud), False
     while True:
         if state is not None and state not in _UP | _STARTING:
             _say(f"the slice is {state}: deleting it to recreate it")
             if gcloud(commands.delete(*where, queued, yes=True))[0] != 0:
                 return _fail("could not delete the lost slice; see gcloud's message above")
-            state = None
+            state, set_up = None, False
         if state is None and gcloud(create)[0] != 0:
             return _fail("could not create the slice; see gcloud's message above")
         state = _wait_until_up(where, queued, gcloud, sleep, poll)
         if state in _UP:
-            for argv in [*setup, train]:
+            for argv in [train] if set_up else [*setup, train]:
                 if gcloud(argv)[0] != 0:
                     return _fail(f"`{subprocess.list2cmdline(argv)}` failed")
+            set_up = True
             state, code = _watch(where, queued, gcloud, sleep, poll)
+            if code == STORAGE_EXIT_CODE and restarts < max_restarts:
+                restarts += 1
+                _say(
+                    f"training stopped because object storage kept failing; training again "
+                    f"in {STORAGE_PAUSE_S:g} s, from the newest checkpoint (restart {restarts} "
+                    f"of {max_restarts})"
+                )
+                gcloud(stop)  # a worker still waiting on the one that stopped
+                sleep(STORAGE_PAUSE_S)
+                continue
             if code is not None:
                 _say(f"training ended with exit code {code}")
                 return code

@@ -16,6 +16,7 @@ from pathlib import Path
 from xlnet_jax.launch import commands, job, local, names, remote, runner, versions
 
 PROG = "xlnet-jax launch"
+STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
 
 EXAMPLES = """\
 a v3-32 slice (4 workers), start to end:
@@ -304,7 +305,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--grace",
         metavar="SECONDS",
         type=names.non_negative_int,
-        default=60,
+        default=STOP_GRACE_S,
         help="seconds before SIGKILL (default: %(default)s)",
     )
 
@@ -325,7 +326,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "Creates the slice unless it is up, runs `setup` and `train`, then checks the slice\n"
         "every --poll seconds. If gcloud reports it lost (preempted, terminated, suspended),\n"
         "deletes and recreates it, sets it up and trains again, which resumes from the\n"
-        "newest checkpoint in WORKDIR (on gs://), up to --max-restarts times. Ends with the\n"
+        "newest checkpoint in WORKDIR (on gs://), up to --max-restarts times. A trainer that\n"
+        "stopped because object storage kept failing (exit code 4) is stopped on every worker\n"
+        "and started again two minutes later, counted among the restarts. Ends with the\n"
         "trainer's exit code (worker 0), or 1 once it gives up.\n\n"
         "What is shipped: the committed tree, `git archive HEAD` of --source (default: the\n"
         "current directory), or a clone of --repo at --ref. Uncommitted changes (an edited\n"
@@ -492,6 +495,7 @@ def _run(args: argparse.Namespace) -> int:
         create[0],
         setup,
         train[0],
+        commands.ssh(*_where(args), "all", remote.stop(STOP_GRACE_S), bool(args.queued)),
         max_restarts=args.max_restarts,
         poll=args.poll,
     )

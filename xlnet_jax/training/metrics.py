@@ -9,6 +9,10 @@ every write, by a thread of its own: training never waits on storage. An upload 
 fails is retried from the mirror at the next write or after a backoff (paths.RetryPolicy),
 so nothing is dropped; close() uploads once more, within the policy's budget, and if
 storage still fails it says so in one line and keeps the mirror.
+
+A killed host loses its mirror, and a resumed run logs again only the steps past its
+checkpoint; so before each checkpoint save the loop waits (sync(), within the budget) for
+the records so far to be uploaded, and a complete checkpoint never outruns its metrics.
 """
 
 import json
@@ -88,6 +92,12 @@ class MetricsWriter:
         if self._uploader is not None:
             self._uploader.request()
 
+    def sync(self) -> None:
+        """Waits, within the retry budget, until everything written so far is uploaded; if
+        storage fails that long it says so in one line (the mirror keeps the records)."""
+        if self.enabled and self._uploader is not None:
+            self._uploader.sync()
+
     def close(self) -> None:
         """Flushes and closes both sinks; a gs:// workdir gets its last upload, and its local
         mirror is removed once that succeeded."""
@@ -105,12 +115,34 @@ class _Uploader:
         self._root, self._remote = root, remote
         self._policy = paths.retry_policy()
         self._wanted, self._closed = threading.Event(), threading.Event()
+        # Uploads are counted: `_requested` when asked for, `_uploaded` once one that began
+        # after that request has succeeded.
+        self._requested = self._uploaded = 0
+        self._progress = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True, name="metrics-upload")
         self._thread.start()
 
     def request(self) -> None:
         """Asks for an upload of everything written so far; returns at once."""
+        with self._progress:
+            self._requested += 1
         self._wanted.set()
+
+    def sync(self) -> None:
+        """Waits until an upload that began after the last request succeeded, at most the
+        policy's budget; then a warning line, and training goes on."""
+        with self._progress:
+            wanted = self._requested
+            self._wanted.set()  # an upload waiting out its backoff starts now
+            if self._progress.wait_for(lambda: self._uploaded >= wanted, self._policy.budget_s):
+                return
+        log.warning(
+            "The metrics were not uploaded to %s within %g s; they stay in %s and are "
+            "uploaded when storage answers.",
+            self._remote,
+            self._policy.budget_s,
+            self._root,
+        )
 
     def _run(self) -> None:
         failures = 0
@@ -119,6 +151,8 @@ class _Uploader:
             if self._closed.is_set():
                 return
             self._wanted.clear()
+            with self._progress:
+                covers = self._requested
             try:
                 self._copy()
             except Exception as e:  # noqa: BLE001 - kept in the mirror, retried later
@@ -135,6 +169,9 @@ class _Uploader:
             if failures:
                 log.info("Metrics uploaded to %s again.", self._remote)
             failures = 0
+            with self._progress:
+                self._uploaded = covers
+                self._progress.notify_all()
 
     def _copy(self) -> None:
         for directory, _, names in os.walk(self._root):

@@ -387,6 +387,7 @@ def _train(
                 lock.check()
                 needed = checkpoint_bytes + MIN_FREE_BYTES
                 check_free_space(workdir, needed, f"saving step {done}")
+                writer.sync()  # a checkpoint never outruns the metrics a resume keeps
                 if checkpointer.save(state, make_meta(config, fingerprint, done)):
                     last_saved = done
             if stop:
