@@ -114,6 +114,17 @@ def test_each_gcsfs_request_retries_under_the_policy(proxy, monkeypatch):
     assert proxy.requests["read"] - reads == 1
 
 
+def test_a_stalled_gcsfs_request_is_cut_at_its_timeout_and_retried(proxy, monkeypatch):
+    fs = gcsfs.GCSFileSystem()
+    fs.pipe_file(f"{gcs_emulator.BUCKET}/stalled", b"s")
+    monkeypatch.setenv(paths.RETRY_ENV, "first_delay_s=0.05,request_timeout_s=1")
+    proxy.add(Fault("stall", stall_s=6, classes=("read",), times=1))
+    start = time.monotonic()
+    assert fs.cat_file(f"{gcs_emulator.BUCKET}/stalled") == b"s"
+    assert time.monotonic() - start < 5  # 1 s, then the retry; 6 s without the bound
+    assert proxy.injected("stall", "read") == 1
+
+
 def test_startup_checks_retry_transient_faults(proxy):
     workdir, corpus = f"{ROOT}/startup/run", f"{ROOT}/startup/corpus"
     for fault in (

@@ -107,6 +107,8 @@ class RetryPolicy:
       first_delay_s, max_delay_s: the delay before retry n is first_delay_s * 2**(n-1),
         at most max_delay_s, of which a random half is jitter.
       budget_s: seconds one operation may spend retrying before it gives up.
+      request_timeout_s: the longest one gcsfs API request (not a whole-file download)
+        may take before it is cut and retried: a stalled request ends within it.
       save_wait_s: the longest the loop (or the exit) waits on an asynchronous checkpoint
         save before it gives that save up.
       failed_saves: saves in a row that may fail before the run stops.
@@ -116,6 +118,7 @@ class RetryPolicy:
     first_delay_s: float = 1.0
     max_delay_s: float = 32.0
     budget_s: float = 300.0
+    request_timeout_s: float = 120.0
     save_wait_s: float = 600.0
     failed_saves: int = 3
 
@@ -210,15 +213,17 @@ def retry(
 
 def _retry_gcsfs_requests() -> None:
     """Makes every request gcsfs sends retry under the policy (read when it is sent), not
-    under gcsfs's own fixed schedule; 404s and other answers are raised at once."""
+    under gcsfs's own fixed schedule; 404s and other answers are raised at once. An API
+    request that stalls is cut after request_timeout_s and retried."""
 
-    def under_policy(request):
+    def under_policy(request, bounded: bool):
         @functools.wraps(request)
         async def retried(*args, **kwargs):
             policy, start = retry_policy(), time.monotonic()
+            timeout = policy.request_timeout_s if bounded else None
             for attempt in itertools.count(1):
                 try:
-                    return await request(*args, **kwargs)
+                    return await asyncio.wait_for(request(*args, **kwargs), timeout)
                 except Exception as e:
                     delay = policy.delay(attempt)
                     if (
@@ -233,7 +238,8 @@ def _retry_gcsfs_requests() -> None:
 
     for name in ("_request", "_get_file_request", "_get_file_concurrent"):
         method = getattr(gcsfs.core.GCSFileSystem, name)  # the class gcsfs decorates
-        setattr(gcsfs.core.GCSFileSystem, name, under_policy(method.__wrapped__))
+        retried = under_policy(method.__wrapped__, bounded=name == "_request")
+        setattr(gcsfs.core.GCSFileSystem, name, retried)
 
 
 _retry_gcsfs_requests()
