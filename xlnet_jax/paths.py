@@ -27,6 +27,7 @@ import fsspec
 import gcsfs.core
 import requests
 from etils import epath
+from gcsfs import retry as gcsfs_retry
 from gcsfs.retry import ChecksumError, HttpError
 
 from xlnet_jax.errors import ConfigError, StorageError
@@ -213,8 +214,9 @@ def retry(
 
 def _retry_gcsfs_requests() -> None:
     """Makes every request gcsfs sends retry under the policy (read when it is sent), not
-    under gcsfs's own fixed schedule; 404s and other answers are raised at once. An API
-    request that stalls is cut after request_timeout_s and retried."""
+    under gcsfs's own fixed schedule, on what either of us deems transient (gcsfs also
+    knows its expired-credential answers); 403, 404, 412 are raised at once. An API request
+    that stalls is cut after request_timeout_s and retried."""
 
     def under_policy(request, bounded: bool):
         @functools.wraps(request)
@@ -227,7 +229,7 @@ def _retry_gcsfs_requests() -> None:
                 except Exception as e:
                     delay = policy.delay(attempt)
                     if (
-                        not is_transient(e)
+                        not (is_transient(e) or gcsfs_retry.is_retriable(e))
                         or attempt >= policy.attempts
                         or time.monotonic() + delay > start + policy.budget_s
                     ):
