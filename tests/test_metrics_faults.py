@@ -16,7 +16,8 @@ ROOT = f"gs://{gcs_emulator.BUCKET}"
 
 @pytest.fixture(scope="module")
 def proxy():
-    retry = "first_delay_s=0.1,max_delay_s=0.5,budget_s=30"
+    # Two tries per request: an outage of seconds outlasts them and reaches the mirror.
+    retry = "attempts=2,first_delay_s=0.1,max_delay_s=0.5,budget_s=30"
     with gcs_faults.faulty_storage(seed=13, retry=retry) as proxy:
         yield proxy
 
