@@ -114,6 +114,21 @@ def test_each_gcsfs_request_retries_under_the_policy(proxy, monkeypatch):
     assert proxy.requests["read"] - reads == 1
 
 
+def test_a_request_inside_an_operation_stops_retrying_at_the_operation_deadline(proxy, monkeypatch):
+    # The lease renews by a deadline well inside its TTL: gcsfs's request retries (which
+    # run in its own event-loop thread) must stop there, not at the policy's budget.
+    fs = gcsfs.GCSFileSystem()
+    monkeypatch.setenv(paths.RETRY_ENV, "attempts=1000,first_delay_s=0.05,max_delay_s=0.1")
+    proxy.add(Fault("status", status=503, classes=("read",)))
+    start = time.monotonic()
+    with pytest.raises(StorageError, match="while reading"):
+        paths.retry(
+            lambda: fs.cat_file(f"{gcs_emulator.BUCKET}/deadline"), "reading", deadline=start + 1
+        )
+    assert time.monotonic() - start < 4  # the 300 s budget would hold it for minutes
+    assert proxy.injected("503", "read") >= 3
+
+
 def test_a_stalled_gcsfs_request_is_cut_at_its_timeout_and_retried(proxy, monkeypatch):
     fs = gcsfs.GCSFileSystem()
     fs.pipe_file(f"{gcs_emulator.BUCKET}/stalled", b"s")

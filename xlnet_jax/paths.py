@@ -11,10 +11,12 @@ the workdir lock, the corpus) use whole-object writes, generation preconditions
 """
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import itertools
 import logging
+import math
 import os
 import random
 import shutil
@@ -89,14 +91,19 @@ def move_tree(source: epath.Path, target: epath.Path) -> None:
 #   (checkpoint/checkpointer.py);
 # - our own operations (the lease, the writability probe, metrics uploads, config and
 #   manifest reads, corpus staging) go through `retry`, which wraps a whole operation.
-# A request retries within budget_s, and `retry` starts no new try past budget_s, so one
-# operation gives up within about twice budget_s.
+# A request inside `retry` retries only until that operation's deadline (a context
+# variable, which reaches gcsfs's event-loop thread with the request), so one operation
+# gives up within its budget, plus at most one request's timeout.
 RETRY_ENV = "XLNET_JAX_STORAGE_RETRY"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # gcsfs logs each request that ran out of its retries with a traceback; the error reaches
 # the caller (and `retry`), which reports it in one line.
 logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
 _JITTER = random.Random()  # its own generator: seeded code elsewhere is not disturbed
+# The time.monotonic() by which the `retry` in progress (if any) must give up.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "xlnet_jax_storage_deadline", default=None
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +197,7 @@ def retry(
     attempt = 0
     while True:
         attempt += 1
+        token = _DEADLINE.set(end)
         try:
             return operation()
         except Exception as e:
@@ -210,6 +218,8 @@ def retry(
                 delay,
             )
             time.sleep(delay)
+        finally:
+            _DEADLINE.reset(token)
 
 
 def _retry_gcsfs_requests() -> None:
@@ -222,6 +232,7 @@ def _retry_gcsfs_requests() -> None:
         @functools.wraps(request)
         async def retried(*args, **kwargs):
             policy, start = retry_policy(), time.monotonic()
+            end = min(start + policy.budget_s, _DEADLINE.get() or math.inf)
             timeout = policy.request_timeout_s if bounded else None
             for attempt in itertools.count(1):
                 try:
@@ -231,7 +242,7 @@ def _retry_gcsfs_requests() -> None:
                     if (
                         not (is_transient(e) or gcsfs_retry.is_retriable(e))
                         or attempt >= policy.attempts
-                        or time.monotonic() + delay > start + policy.budget_s
+                        or time.monotonic() + delay > end
                     ):
                         raise
                     await asyncio.sleep(delay)
