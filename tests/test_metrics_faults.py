@@ -77,7 +77,24 @@ def test_sync_waits_out_a_failed_upload_so_a_checkpoint_never_outruns_its_metric
     writer.write(2, {"loss": 2.0})
     start = time.monotonic()
     writer.sync()
-    assert time.monotonic() - start < 30  # within the budget of this module's policy
+    assert time.monotonic() - start < 30  # well inside metrics_wait_s (60 s)
     assert proxy.injected("503") == 2
     assert _remote_steps(workdir) == {1, 2}  # before close: the mirror's thread did it
     writer.close()
+
+
+def test_sync_gives_up_after_metrics_wait_s_in_one_line(proxy, monkeypatch, caplog):
+    monkeypatch.setenv(paths.RETRY_ENV, "attempts=2,first_delay_s=0.1,metrics_wait_s=0.5")
+    writer = MetricsWriter(f"{ROOT}/metrics-sync-down")
+    proxy.outage(20)
+    try:
+        writer.write(1, {"loss": 1.0})
+        start = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="xlnet_jax"):
+            writer.sync()
+        assert time.monotonic() - start < 3  # 0.5 s, plus a loaded machine's scheduling
+    finally:
+        proxy.clear()
+    assert any("not uploaded to" in r.getMessage() for r in caplog.records)
+    writer.close()  # storage answers again: the mirror's records get there
+    assert _remote_steps(f"{ROOT}/metrics-sync-down") == {1}

@@ -120,6 +120,9 @@ class RetryPolicy:
       save_wait_s: the longest the loop (or the exit) waits on an asynchronous checkpoint
         save before it gives that save up.
       failed_saves: saves in a row that may fail before the run stops.
+      metrics_wait_s: the longest the loop waits before a checkpoint save for the metrics
+        so far to be uploaded; well inside orbax's 300 s barrier, which the other
+        processes of a multi-host run wait in meanwhile.
     """
 
     attempts: int = 12
@@ -129,6 +132,7 @@ class RetryPolicy:
     request_timeout_s: float = 120.0
     save_wait_s: float = 600.0
     failed_saves: int = 3
+    metrics_wait_s: float = 60.0
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed try number `attempt` (1-based)."""

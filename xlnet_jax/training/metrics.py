@@ -11,8 +11,9 @@ so nothing is dropped; close() uploads once more, within the policy's budget, an
 storage still fails it says so in one line and keeps the mirror.
 
 A killed host loses its mirror, and a resumed run logs again only the steps past its
-checkpoint; so before each checkpoint save the loop waits (sync(), within the budget) for
-the records so far to be uploaded, and a complete checkpoint never outruns its metrics.
+checkpoint; so before each checkpoint save the loop waits (sync(), at most the policy's
+metrics_wait_s) for the records so far to be uploaded, and a checkpoint saved while
+storage answers never outruns its metrics.
 """
 
 import json
@@ -93,7 +94,7 @@ class MetricsWriter:
             self._uploader.request()
 
     def sync(self) -> None:
-        """Waits, within the retry budget, until everything written so far is uploaded; if
+        """Waits, at most metrics_wait_s, until everything written so far is uploaded; if
         storage fails that long it says so in one line (the mirror keeps the records)."""
         if self.enabled and self._uploader is not None:
             self._uploader.sync()
@@ -129,18 +130,19 @@ class _Uploader:
         self._wanted.set()
 
     def sync(self) -> None:
-        """Waits until an upload that began after the last request succeeded, at most the
-        policy's budget; then a warning line, and training goes on."""
+        """Waits until an upload that began after the last request succeeded, at most
+        metrics_wait_s; then a warning line, and training goes on."""
+        wait = self._policy.metrics_wait_s
         with self._progress:
             wanted = self._requested
             self._wanted.set()  # an upload waiting out its backoff starts now
-            if self._progress.wait_for(lambda: self._uploaded >= wanted, self._policy.budget_s):
+            if self._progress.wait_for(lambda: self._uploaded >= wanted, wait):
                 return
         log.warning(
             "The metrics were not uploaded to %s within %g s; they stay in %s and are "
             "uploaded when storage answers.",
             self._remote,
-            self._policy.budget_s,
+            wait,
             self._root,
         )
 
