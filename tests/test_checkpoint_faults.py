@@ -183,3 +183,17 @@ def test_a_save_whose_marker_is_never_written_fails_and_costs_no_good_step(proxy
     reader = Checkpointer(workdir, config)
     assert reader.steps() == [6, 8]  # step 2 went at the save after step 6 was complete
     reader.close()
+
+
+@pytest.mark.parametrize(
+    "message, storage",
+    [
+        ('DATA_LOSS: Error reading "state/.zarray" at local file "/tmp/p-503/d/a429b"', False),
+        ("UNAVAILABLE: HTTP response code: 503 with body: injected", True),
+        ("Error writing: HTTP response code: 429 with body: slow down", True),
+        ("DEADLINE_EXCEEDED: request timed out", True),
+    ],
+)
+def test_a_storage_fault_is_told_by_its_status_never_by_digits_in_a_path(message, storage):
+    # A damaged local step whose path held "503" was once left in place as a network error.
+    assert checkpointer_module._storage_fault(ValueError(message)) is storage

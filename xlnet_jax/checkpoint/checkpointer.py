@@ -26,6 +26,7 @@ step a save replaces is deleted by the save after it, once the new one is known 
 
 import logging
 import math
+import re
 import time
 
 import jax
@@ -249,7 +250,7 @@ class Checkpointer:
                 state = self._restore_step(step, abstract_state, config, corpus_fingerprint)
             except DamagedStep as e:
                 reason = str(e)
-                if _storage_fault(e.__cause__ or e):
+                if paths.is_remote(self.directory) and _storage_fault(e.__cause__ or e):
                     network.add(step)
             if not _on_every_process(reason is None):  # all processes fall back together
                 reason = reason or "unreadable on another process"
@@ -365,13 +366,18 @@ class Checkpointer:
 
 
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"
-# How tensorstore words a request that failed after its retries (it raises ValueError).
-_STORAGE_WORDS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "503", "429")
+# How tensorstore words a request that failed after its retries (it raises ValueError): a
+# status name, or the HTTP code. Whole words only: a file name or path may hold "503".
+_STORAGE_WORDS = re.compile(
+    r"\b(UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED)\b"
+    r"|\bHTTP response code: (408|429|5\d\d)\b"
+)
 
 
 def _storage_fault(error: BaseException) -> bool:
-    """Whether a failed read was storage failing, not the step's files: never moved aside."""
-    return paths.is_transient(error) or any(word in str(error) for word in _STORAGE_WORDS)
+    """Whether a failed read of a remote step was storage failing, not the step's files:
+    such a step is never moved aside."""
+    return paths.is_transient(error) or bool(_STORAGE_WORDS.search(str(error)))
 
 
 def _on_every_process(ok: bool) -> bool:
