@@ -76,15 +76,15 @@ class _KeepNewestComplete(preservation_policy.PreservationPolicy):
 
 
 class Checkpointer:
-    """Saves every `checkpoint_every` steps asynchronously, keeps the newest N."""
+    """Saves every `checkpoint_every` steps asynchronously, keeps the newest N complete."""
 
     def __init__(self, workdir: str, config: ml_collections.ConfigDict):
         self.directory = paths.as_path(workdir) / "checkpoints"
         self.damaged_directory = self.directory.parent / "checkpoints_damaged"
         self._policy = paths.retry_policy()
+        self._complete: set[int] = set()  # steps seen finalised: listed, or checked after a save
         # The step's directories are made in save() itself: made in the background, a
         # failure there leaves orbax's other save threads waiting 300 s for its signal.
-        self._complete: set[int] = set()  # steps seen finalised: listed, or checked after a save
         options = ocp.CheckpointManagerOptions(
             preservation_policy=_KeepNewestComplete(config.keep_checkpoints, self._complete),
             enable_async_checkpointing=True,
