@@ -92,13 +92,27 @@ def test_every_package_says_what_it_owns_and_may_import():
         assert "import" in doc.lower(), f"{init.relative_to(REPO)}: say what the package may import"
 
 
-def test_the_readme_tree_lists_every_room():
-    """README's "How it works" tree names each top-level room of the package once."""
-    tree = (REPO / "README.md").read_text().split("```text\nxlnet_jax/", 1)[1].split("```")[0]
-    entries = [line[4:].split()[0] for line in tree.splitlines() if line[:4] in ("├── ", "└── ")]
-    named = {entry.rstrip("/").removesuffix(".py") for entry in entries}
+def _manual_tree() -> list[str]:
+    """The lines of the package tree in docs/architecture.md ("The rooms of the package")."""
+    page = (REPO / "docs" / "architecture.md").read_text()
+    return page.split("```text\nxlnet_jax/\n", 1)[1].split("```")[0].splitlines()
+
+
+def test_the_manual_tree_lists_every_room():
+    """The tree names each top-level room of the package once; deeper lines (`│   ├── x/`)
+    name folders that exist inside the room above them."""
+    lines = _manual_tree()
+    entries = [line[4:].split()[0] for line in lines if line[:4] in ("├── ", "└── ")]
+    named = [entry.rstrip("/").removesuffix(".py") for entry in entries]
     rooms = {p.stem for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__")}
-    assert named == rooms
+    assert sorted(named) == sorted(rooms)
+    room = None
+    for line in lines:
+        if line[:4] in ("├── ", "└── "):
+            room = line[4:].split()[0]
+        elif line.startswith("│   ") and line[4:8] in ("├── ", "└── "):
+            inner = line[8:].split()[0]
+            assert (PACKAGE / room / inner).exists(), f"docs/architecture.md: {room}{inner}"
 
 
 def test_nothing_but_the_cli_imports_the_training_loop():
