@@ -13,6 +13,7 @@ config file and `--config.FIELD=VALUE` overrides included, without running it.
 import contextlib
 import importlib.util
 import io
+import os
 import pathlib
 import re
 import shlex
@@ -159,7 +160,7 @@ def test_the_manual_builds_strict(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "NO_MKDOCS_2_WARNING": "1"},
+        env={**os.environ, "PYTHONPATH": str(REPO), "NO_MKDOCS_2_WARNING": "1"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     cli_page = (tmp_path / "reference" / "cli" / "index.html").read_text()
