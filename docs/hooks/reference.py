@@ -99,7 +99,7 @@ def _argparse_rows(parser: argparse.ArgumentParser) -> list[str]:
 def _launch_section() -> list[str]:
     parser, subparsers = pod.build_parser()
     lines = ["## `xlnet-jax launch`", "", parser.description, ""]
-    lines += ["```text", pod.EXAMPLES.rstrip(), "```", ""]
+    lines += ["```bash", pod.EXAMPLES.rstrip(), "```", ""]
     for name, sub in subparsers.items():
         summary = sub.description.split("\n\n", 1)
         lines += [f"### `xlnet-jax launch {name}`", "", _cell(summary[0]), ""]
