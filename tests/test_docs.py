@@ -204,3 +204,15 @@ def test_the_config_reference_has_every_field_with_its_comment():
 def test_the_readme_stays_a_first_visit():
     """At most 200 lines; the rest lives in the manual."""
     assert len((REPO / "README.md").read_text().splitlines()) <= 200
+
+
+def test_the_readme_links_into_the_manual_resolve():
+    """Each `docs/...` link of README.md names a page, and its #anchor a heading there."""
+    from markdown.extensions.toc import slugify
+
+    links = re.findall(r"\]\((docs/[^)#]*)(?:#([^)]*))?\)", (REPO / "README.md").read_text())
+    assert len(links) >= 10, links
+    for page, anchor in links:
+        assert (REPO / page).is_file(), page
+        headings = re.findall(r"^#+ (.*)$", (REPO / page).read_text(), flags=re.MULTILINE)
+        assert not anchor or anchor in {slugify(h, "-") for h in headings}, (page, anchor)
