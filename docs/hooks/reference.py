@@ -70,7 +70,10 @@ def _absl_section(name: str) -> list[str]:
     usage = f"xlnet-jax {name} {command.positional} [flags]".replace("  ", " ")
     lines += ["```text", usage, "```", "", "| flag | default | what |", "|---|---|---|"]
     for flag in sorted({fv[n] for n in fv}, key=lambda f: f.name):
-        default = "(none)" if flag.default is None else _code(flag.default)
+        if flag.boolean:  # a switch, as in launch's tables
+            default = "on" if flag.default else "off"
+        else:
+            default = "(none)" if flag.default is None else _code(flag.default)
         lines.append(f"| `--{flag.name}` | {default} | {_cell(flag.help)} |")
     return [*lines, ""]
 
@@ -110,14 +113,14 @@ def _launch_section() -> list[str]:
 
 
 def cli_page() -> str:
+    about = cli.__doc__.split("\n\n", 1)[1]  # flags, errors and exit codes, as cli.py says
     lines = [
         "# Command line",
         "",
-        "Generated from the argument parsers at build time (`docs/hooks/reference.py`); "
-        "`xlnet-jax COMMAND --help` prints the same flags. Config fields are set with "
-        "`--config.FIELD=VALUE`: see [Config fields](config.md). Exit codes: 0 done, 1 a "
-        "known error, 2 a wrong command line, 3 `compile`: the step does not fit, 4 object "
-        "storage kept failing, 130 Ctrl-C.",
+        "Generated from the argument parsers at build time (`docs/hooks/reference.py`). "
+        "Config fields are set with `--config.FIELD=VALUE`: see [Config fields](config.md).",
+        "",
+        " ".join(about.split()),
         "",
     ]
     for name in cli.COMMANDS:
