@@ -1,6 +1,6 @@
-"""README "Train on your own text": a fresh folder of text -> prepare -> train, first try.
+"""The manual's "Train on your own text": a fresh folder of text -> prepare -> train, first try.
 
-The commands are the README's, run as a user would (no JAX_PLATFORMS set), with fewer
+The commands are docs/own-text.md's, run as a user would (no JAX_PLATFORMS set), with fewer
 steps; the output must also hold no line from libtpu, which the test extra installs.
 """
 
@@ -11,13 +11,12 @@ import sys
 
 from tests import test_data_common, train_harness
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "own-text.md"
 
 
 def recipe() -> list[str]:
-    """The commands of the README's "Train on your own text" block."""
-    text = README.read_text()
-    block = text.split("## Train on your own text", 1)[1].split("```bash\n", 1)[1]
+    """The commands of the page's first bash block."""
+    block = PAGE.read_text().split("```bash\n", 1)[1]
     return [line for line in block.split("```", 1)[0].splitlines() if line.strip()]
 
 

@@ -1,9 +1,11 @@
-"""The README's commands as written, after the quick start and `source .venv/bin/activate`.
+"""The README's and the manual's commands as written, after the quick start and
+`source .venv/bin/activate`.
 
-Each `xlnet-jax launch ... --dry-run` block of "Train on a TPU pod" shows exactly what the
-launcher prints. Every command of every bash block (README.md, benchmarks/README.md) names
-a program of the venv, and either runs here verbatim or is listed in NOT_RUN_HERE with why
-and which test covers it; the README's pytest lines print pytest's summary line.
+Each `xlnet-jax launch ... --dry-run` block of docs/tpu-pods.md shows exactly what the
+launcher prints. Every command of every bash block (README.md, benchmarks/README.md,
+docs/**/*.md) names a program of the venv, and either runs here verbatim or is listed in
+NOT_RUN_HERE with why and which test covers it (tests/test_docs.py parses every `xlnet-jax`
+command of them); their pytest lines print pytest's summary line.
 """
 
 import re
@@ -20,7 +22,8 @@ from xlnet_jax.launch import pod
 pytestmark = pytest.mark.usefixtures("committed_tree")
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-READMES = [README, ROOT / "benchmarks" / "README.md"]
+POD_PAGE = ROOT / "docs" / "tpu-pods.md"
+READMES = [README, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 VENV_BIN = Path(sys.executable).parent  # the quick start's .venv, where the suite runs
 
 # Commands run verbatim below, by their first words.
@@ -31,6 +34,8 @@ NOT_RUN_HERE = {
     "result, and tests/test_own_text.py runs prepare -> train -> eval the same way",
     "bash scripts/test.sh": "is this suite (.ci/run runs it on a fresh clone)",
     "source .venv/bin/activate": "a shell builtin: this suite runs in that venv (VENV_BIN)",
+    "pip install": "changes the venv this suite runs in; the test extra holds the hf extra's "
+    "torch and transformers, which tests/test_hf_io.py uses",
     "xlnet-jax prepare": "reads the user's text/*.txt (tests/test_own_text.py runs the own-text "
     "block's prepare on a fresh folder; tests/test_data_prepare.py the rest)",
     "xlnet-jax train": "base width on a CPU takes hours; the own-text block's train runs in "
@@ -48,8 +53,8 @@ NOT_RUN_HERE = {
 
 
 def _blocks() -> list[tuple[list[str], str]]:
-    """(launch argv, expected stdout) of each console block in the section."""
-    section = README.read_text().split("## Train on a TPU pod\n", 1)[1].split("\n## ", 1)[0]
+    """(launch argv, expected stdout) of each console block of the TPU pods page."""
+    section = POD_PAGE.read_text()
     blocks = []
     for body in re.findall(r"```console\n(.*?)```", section, flags=re.DOTALL):
         command, _, output = body.partition("\n")
@@ -114,7 +119,7 @@ def test_readme_pytest_lines_end_with_the_summary_line():
     options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
     assert "-q" not in options["ini_options"].get("addopts", "")
     test_sh = (ROOT / "scripts" / "test.sh").read_text()
-    lines = re.findall(r"`(pytest [^`]*)`", README.read_text())
+    lines = [line for path in READMES for line in re.findall(r"`(pytest [^`]*)`", path.read_text())]
     lines += re.findall(r"^\.venv/bin/python -m (pytest .*)$", test_sh, flags=re.MULTILINE)
     assert len(lines) >= 2, lines
     for line in lines:

@@ -92,13 +92,35 @@ def test_every_package_says_what_it_owns_and_may_import():
         assert "import" in doc.lower(), f"{init.relative_to(REPO)}: say what the package may import"
 
 
-def test_the_readme_tree_lists_every_room():
-    """README's "How it works" tree names each top-level room of the package once."""
-    tree = (REPO / "README.md").read_text().split("```text\nxlnet_jax/", 1)[1].split("```")[0]
-    entries = [line[4:].split()[0] for line in tree.splitlines() if line[:4] in ("├── ", "└── ")]
-    named = {entry.rstrip("/").removesuffix(".py") for entry in entries}
-    rooms = {p.stem for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__")}
-    assert named == rooms
+def _manual_tree(root: str) -> list[pathlib.Path]:
+    """The paths the docs/architecture.md tree under `root` names, one per entry line.
+
+    An entry is `├── NAME` or `└── NAME` after 4 columns per level (`│   ` or spaces); its
+    path is the names of the entries above it at each level, so a line can be added anywhere.
+    """
+    page = (REPO / "docs" / "architecture.md").read_text()
+    tree = page.split(f"```text\n{root}\n", 1)[1].split("```")[0]
+    paths, stack = [], []
+    for line in tree.splitlines():
+        column = min((line.find(m) for m in ("├── ", "└── ") if m in line), default=-1)
+        if column < 0:
+            continue  # a description's continuation
+        depth, name = column // 4, line[column + 4 :].split()[0]
+        stack = [*stack[:depth], name.rstrip("/")]
+        paths.append(REPO / root / pathlib.Path(*stack))
+    return paths
+
+
+def test_the_manual_trees_name_what_exists():
+    """Every entry of the repository and package trees exists; every room of the package and
+    every benchmark script has its entry."""
+    named = _manual_tree("./") + _manual_tree("xlnet_jax/")
+    assert [str(p.relative_to(REPO)) for p in named if not p.exists()] == []
+    rooms = {p for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__")}
+    assert {p for p in named if p.parent == PACKAGE} == rooms
+    scripts = set((REPO / "benchmarks").glob("*.py"))
+    missing = sorted(p.name for p in scripts - set(named))
+    assert missing == [], "add a line for each to the benchmarks/ tree of docs/architecture.md"
 
 
 def test_nothing_but_the_cli_imports_the_training_loop():
