@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # PTX assembler or a tile over the shared memory on an NVIDIA GPU (XLA's own words, Triton's
 # OutOfResources, or the CUDA plugin's compile handler on jax >= 0.11).
 _KERNEL_FAILURE = re.compile(
-    r"Mosaic failed|LLO_CHECK|MosaicError|[Tt]riton|ptxas|shared memory|OutOfResources",
+    r"Mosaic failed|LLO_CHECK|MosaicError|Triton|ptxas|shared memory|OutOfResources",
     re.IGNORECASE,
 )
 
