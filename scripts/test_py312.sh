@@ -14,8 +14,8 @@ if [ -z "${PYTHON312:-}" ]; then
   done
 fi
 if [ -z "${PYTHON312:-}" ] || ! "$PYTHON312" -c "$is_312" 2>/dev/null; then
-  echo "scripts/test_py312.sh: no Python 3.12 (tried ${PYTHON312:-python3.12 on PATH and" \
-    "${PYENV_ROOT:-$HOME/.pyenv}/versions/3.12.*}); install one or set" \
+  tried="${PYTHON312:-python3.12 on PATH and ${PYENV_ROOT:-$HOME/.pyenv}/versions/3.12.*}"
+  echo "scripts/test_py312.sh: no Python 3.12 (tried $tried); install one or set" \
     "PYTHON312=/path/to/python3.12" >&2
   exit 1
 fi
