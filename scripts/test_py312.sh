@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI's second leg: the core tests (model, PLM, the kernel in interpret mode, dropout, resume,
 # sharding, auto's fallback, jax's deprecation) on the newest jax the package supports, on
-# Python 3.12, in ./.venv312 at scripts/constraints/py312.txt's versions. No torch there: the HF parity
-# and export tests, and the TPU compiles (libtpu), run on the main leg (scripts/test.sh).
+# Python 3.12, in ./.venv312 at scripts/constraints/py312.txt's versions (the test-core extra:
+# no torch, triton or libtpu; the HF parity and export tests, the sm_90 compile check and the
+# TPU compiles run on the main leg, scripts/test.sh).
 # PYTHON312 picks the interpreter; by default python3.12 on PATH, else pyenv's newest 3.12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
