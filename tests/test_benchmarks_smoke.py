@@ -4,6 +4,7 @@ The scripts run as subprocesses on one CPU device (not the tests' 8 simulated on
 a persistent compilation cache: the toy train step they all build compiles once.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,8 @@ RUNS = {
         *TOY,
     ),
     "flops_check.py": ("--shapes", "toy"),
+    # On a CPU its smoke pass: the kernel check at the toy shape, each step once, one tile.
+    "gpu_check.py": (),
     "scaling.py": ("--only", "devices", "--device_shape", "toy", "--device_counts", "1", *TOY),
     "memory.py": ("--shapes", "toy", "--no_search"),
     "input_pipeline.py": ("--shapes", "toy", *TOY),
@@ -47,6 +50,8 @@ def test_benchmark_prints_a_table(script: str, env: dict):
     args = list(RUNS[script])
     if script in ("input_pipeline.py", "learning_curve.py"):
         args += ["--corpus", small_corpus()]
+    if script == "gpu_check.py":
+        args += ["--json", os.path.join(scratch("gpu-check"), "gpu_check.json")]
     result = subprocess.run(
         [sys.executable, os.path.join(BENCHMARKS, script), *args],
         env=env,
@@ -63,3 +68,10 @@ def test_benchmark_prints_a_table(script: str, env: dict):
         losses = [float(line.split(": ")[-1]) for line in result.stdout.splitlines()
                   if line.startswith("loss after") and "HF" not in line]  # fmt: skip
         assert len(losses) == 2 and abs(losses[0] - losses[1]) <= 1.0001e-4, result.stdout
+    if script == "gpu_check.py":  # says it measured nothing, and writes every row as JSON
+        assert "measure nothing" in result.stdout, result.stdout
+        with open(args[-1]) as f:
+            written = json.load(f)
+        assert written["measured"] is False and len(written["checks"]) == 1, written
+        assert all(check["ok"] for check in written["checks"]), written["checks"]
+        assert {row["framework"] for row in written["rows"]} >= {"ours", "kernel"}, written

@@ -72,7 +72,9 @@ def test_a_kernel_that_mosaic_cannot_compile_is_one_config_error(monkeypatch):
     message = str(failure.value)
     assert len(message.splitlines()) == 1
     assert "attention_impl='pallas'" in message and "TPU v4" in message
-    assert "LLO_CHECK" in message and "attention_impl=xla" in message
+    # libtpu's words for it: 0.0.42 (jax 0.10.2's pin) "Mosaic failed to compile ... stride",
+    # 0.0.52 "LLO_CHECK ... SupportsVectorRotateLaneStride".
+    assert re.search(r"Mosaic failed|LLO_CHECK", message) and "attention_impl=xla" in message
 
 
 def test_oversized_config_says_does_not_fit(tmp_path):

@@ -15,6 +15,7 @@ import glob
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 import ml_collections
@@ -25,6 +26,12 @@ from xlnet_jax.errors import STORAGE_EXIT_CODE, StorageError, UsageError, XLNetJ
 
 # The shell's status for a process stopped by Ctrl-C (128 + SIGINT).
 INTERRUPTED_EXIT_CODE = 130
+
+# jax >= 0.11 warns at every lowering of the GPU kernel (deprecation id jax-pallas-triton)
+# that Pallas' Triton backend is deprecated: news for this project (docs/gpus.md), nothing a
+# user can act on. The command keeps it out of its output; the tests, which call `main` or
+# jax directly, still see it.
+PALLAS_TRITON_DEPRECATION = "The Pallas Triton backend is deprecated"
 
 USAGE = """usage: xlnet-jax COMMAND [flags]
 
@@ -496,9 +503,17 @@ def main(argv: list[str]) -> int:
         _exit_now(INTERRUPTED_EXIT_CODE)
 
 
+def hide_known_warnings() -> None:
+    """Keeps jax's warnings that only this project can act on out of the command's output."""
+    warnings.filterwarnings(
+        "ignore", message=PALLAS_TRITON_DEPRECATION, category=DeprecationWarning
+    )
+
+
 def run() -> None:
     """Console-script entry point."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    hide_known_warnings()
     sys.exit(main(sys.argv[1:]))
 
 

@@ -19,11 +19,11 @@ charsmap step leaves NFKD's Hangul jamo apart. Two consequences:
 """
 
 import json
+import os
 import unicodedata
 
 import sentencepiece as spm
 from etils import epath
-from sentencepiece import sentencepiece_model_pb2
 
 from xlnet_jax import paths
 from xlnet_jax.data import normalize, tokenizer
@@ -32,6 +32,30 @@ from xlnet_jax.errors import HFFormatError
 CONFIG_FILE = "tokenizer_config.json"
 JSON_FILE = "tokenizer.json"
 _HANGUL = ("\uac00", "\ud7a3")  # the precomposed syllables
+
+
+def _import_model_proto():
+    """sentencepiece's generated ModelProto module.
+
+    sentencepiece 0.2.3's was made by protobuf 7 and refuses an older runtime at import, while
+    apache-beam 2.77 (the beam extra) holds protobuf below 7. The module runs on protobuf 6.33
+    (tests/test_hf_io.py writes and reads tokenizer files through it), so protobuf's own
+    switch skips that one check, for this import only.
+    """
+    switch = "TEMPORARILY_DISABLE_PROTOBUF_VERSION_CHECK"
+    previous = os.environ.get(switch)
+    os.environ[switch] = "true"
+    try:
+        from sentencepiece import sentencepiece_model_pb2
+    finally:
+        if previous is None:
+            del os.environ[switch]
+        else:
+            os.environ[switch] = previous
+    return sentencepiece_model_pb2
+
+
+sentencepiece_model_pb2 = _import_model_proto()
 
 
 def write_tokenizer_files(

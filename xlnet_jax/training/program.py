@@ -8,6 +8,7 @@ implementation, a remat policy, a profiler hook) has this one place to go.
 
 import dataclasses
 import functools
+import logging
 import re
 from collections.abc import Callable
 
@@ -24,8 +25,15 @@ from xlnet_jax.errors import ConfigError
 from xlnet_jax.model.xlnet import XLNetLM
 from xlnet_jax.training import optim, placement, sharding, steps
 
-# How Mosaic and libtpu name a failure to compile a Pallas kernel.
-_KERNEL_FAILURE = re.compile(r"Mosaic failed|LLO_CHECK|MosaicError")
+log = logging.getLogger(__name__)
+
+# How a failure to compile the Pallas kernel reads: Mosaic and libtpu on a TPU; Triton, its
+# PTX assembler or a tile over the shared memory on an NVIDIA GPU (XLA's own words, Triton's
+# OutOfResources, or the CUDA plugin's compile handler on jax >= 0.11).
+_KERNEL_FAILURE = re.compile(
+    r"Mosaic failed|LLO_CHECK|MosaicError|Triton|ptxas|shared memory|OutOfResources",
+    re.IGNORECASE,
+)
 
 
 def _first_line(error: Exception) -> str:
@@ -34,9 +42,13 @@ def _first_line(error: Exception) -> str:
     return next((line for line in lines if _KERNEL_FAILURE.search(line)), lines[0])[:300]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Program:
     """The model, its optimiser and the jitted steps, laid out over one mesh.
+
+    Frozen but for one change: `compile_train_step` moves an attention_impl="auto" program
+    whose kernel does not compile for the device to the XLA attention path (config, model
+    and both steps), so that training and evaluation go on without the kernel.
 
     Attributes:
       config: the run's config.
@@ -72,22 +84,44 @@ class Program:
     def compile_train_step(self):
         """The train step lowered for the abstract state and batch, and compiled (AOT).
 
-        A Mosaic failure to compile the attention kernel is a ConfigError naming
-        attention_impl, not a libtpu traceback.
+        A failure to compile the attention kernel for this device is, with "pallas", a
+        ConfigError naming attention_impl, not a compiler traceback; with "auto", one
+        warning line, and the step compiled on the XLA attention path instead.
         """
-        with self.activate():
-            lowered = self.train_step.lower(self.abstract_state, self.abstract_batch)
         try:
-            return lowered.compile()
-        except Exception as e:  # noqa: BLE001 - Mosaic's and libtpu's error types are not public
+            return self._compile_train_step()
+        except Exception as e:  # noqa: BLE001 - Mosaic's, libtpu's and XLA's errors are not public
             if self.config.attention_impl == "xla" or not _KERNEL_FAILURE.search(str(e)):
                 raise
-            kind = self.mesh.devices.flat[0].device_kind
-            raise ConfigError(
-                f"config.attention_impl={self.config.attention_impl!r}: the Pallas attention "
-                f"kernel does not compile for {kind} ({_first_line(e)}); set "
-                "--config.attention_impl=xla, and please report the config and chip."
-            ) from None
+            failure = f"{self.mesh.devices.flat[0].device_kind} ({_first_line(e)})"
+            if self.config.attention_impl == "pallas":
+                raise ConfigError(
+                    "config.attention_impl='pallas': the Pallas attention kernel does not "
+                    f"compile for {failure}; set --config.attention_impl=xla, and please "
+                    "report the config and chip."
+                ) from None
+        log.warning(
+            "attention_impl='auto': the attention kernel does not compile for %s; training "
+            "on the XLA attention path instead (--config.attention_impl=xla skips this try; "
+            "please report the config and chip).",
+            failure,
+        )
+        self._use_xla_attention()
+        return self._compile_train_step()
+
+    def _compile_train_step(self):
+        with self.activate():
+            lowered = self.train_step.lower(self.abstract_state, self.abstract_batch)
+        return lowered.compile()
+
+    def _use_xla_attention(self) -> None:
+        """This program's config, model and steps replaced by those of attention_impl="xla"
+        (the same params, state layout and batch: only the attention's computation moves)."""
+        config = self.config.copy_and_resolve_references()
+        config.attention_impl = "xla"
+        xla = build_program(config, self.mesh)
+        self.config, self.model = xla.config, xla.model
+        self.train_step, self.eval_step = xla.train_step, xla.eval_step
 
     def zero_mems(self) -> jax.Array:
         """A recurrence memory of zeros, in the state's memory sharding."""
