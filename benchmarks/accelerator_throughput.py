@@ -172,7 +172,7 @@ def child_main(args: argparse.Namespace) -> None:
 
 def use_triton_tiles(tiles: str) -> None:
     """Sets the GPU kernel's tile from --triton_tiles (block, warps, stages)."""
-    from xlnet_jax.model.kernels import triton_attention
+    from xlnet_jax.model.kernels.gpu import attention as triton_attention
 
     block, warps, stages = (int(x) for x in tiles.split(","))
     triton_attention.GPU_BLOCK = block

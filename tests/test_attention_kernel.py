@@ -22,9 +22,11 @@ from jax.sharding import Mesh
 
 from xlnet_jax.config import DEFAULT_AXIS_RULES, ModelConfig, default_config
 from xlnet_jax.model.attention import RelativeBiases, TwoStreamRelativeAttention
-from xlnet_jax.model.kernels import masks, tiles, triton_attention
+from xlnet_jax.model.kernels import masks
 from xlnet_jax.model.kernels import mesh as kernel_mesh
-from xlnet_jax.model.kernels import relative_attention as kernel_module
+from xlnet_jax.model.kernels.gpu import attention as triton_attention
+from xlnet_jax.model.kernels.tpu import attention as kernel_module
+from xlnet_jax.model.kernels.tpu import tiles
 from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
 from xlnet_jax.model.xlnet import XLNetLM, _kernel_rows, _stream_rows, uses_kernel
 from xlnet_jax.objective import plm

@@ -15,7 +15,8 @@ import pytest
 
 from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model.kernels import backends, triton_attention
+from xlnet_jax.model.kernels import backends
+from xlnet_jax.model.kernels.gpu import attention as triton_attention
 from xlnet_jax.model.kernels.masks import UNORDERED, PermOrder
 from xlnet_jax.model.xlnet import TiedEmbedding, XLNetLM
 

@@ -17,8 +17,9 @@ import pytest
 from tests import test_attention_kernel as base
 from tests.helpers import small_config
 from xlnet_jax.model import xlnet
-from xlnet_jax.model.kernels import backends, triton_attention
+from xlnet_jax.model.kernels import backends
 from xlnet_jax.model.kernels import mesh as kernel_mesh
+from xlnet_jax.model.kernels.gpu import attention as triton_attention
 from xlnet_jax.model.xlnet import uses_kernel
 from xlnet_jax.training import sharding
 from xlnet_jax.training.program import build_program

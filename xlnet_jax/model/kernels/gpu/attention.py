@@ -1,6 +1,6 @@
 """XLNet relative attention of one stream through the Triton kernels, with a custom VJP.
 
-Takes what `relative_attention.relative_attention` takes (plus the dropout words and rate)
+Takes what `tpu.attention.relative_attention` takes (plus the dropout words and rate)
 and returns the same. The positional scores BD = (q + r_r) . k_r^T are one batched matmul
 in the compute dtype, inside the custom VJP: the forward computes it, the backward
 recomputes it (so no [Q, K]-sized residual exists, which matters under
@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from xlnet_jax.model.kernels import triton_tiles as tt
-from xlnet_jax.model.kernels.triton_backward import backward
-from xlnet_jax.model.kernels.triton_forward import Inputs, forward
+from xlnet_jax.model.kernels.gpu import tiles as tt
+from xlnet_jax.model.kernels.gpu.backward import backward
+from xlnet_jax.model.kernels.gpu.forward import Inputs, forward
 
 # Rows and keys per tile on the GPU (a power of two, as Triton needs), and Triton's warps
 # and pipeline stages per program: untuned (no GPU has run the kernel yet).
@@ -112,7 +112,7 @@ def relative_attention(
 
     Args:
       q, k, v, k_r, biases, seg_embed, row, key, positions: as
-        `relative_attention.relative_attention` (positions None: the content stream).
+        `tpu.attention.relative_attention` (positions None: the content stream).
       words: uint32 [B, N] dropout words of this stream and layer (dropout.row_head_words).
       rate: attention dropout probability (static; 0 disables it and ignores words).
       interpret: run in Pallas interpret mode (any platform) instead of lowering to Triton.

@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from xlnet_jax.model.kernels import masks
-from xlnet_jax.model.kernels import triton_tiles as tt
+from xlnet_jax.model.kernels.gpu import tiles as tt
 
 
 @dataclasses.dataclass(frozen=True)

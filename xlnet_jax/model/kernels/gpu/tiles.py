@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from xlnet_jax.model.kernels import dropout, masks, tiles
+from xlnet_jax.model.kernels import dropout, masks, matmul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +82,13 @@ def scores(spec: GpuSpec, jb, qw, k, pos, seg_same, seg_other, rows, keys):
     key = [x[None, :] for x in keys]
     other = row[masks.ROW_SEGMENT] != key[masks.KEY_SEGMENT]
     seg = jnp.where(other, seg_other[:, None], seg_same[:, None])
-    s = (tiles.dot_t(qw, k) + pos + seg) * spec.scale
+    s = (matmul.dot_t(qw, k) + pos + seg) * spec.scale
     blocked = masks.blocked(
         *(row[f] for f in (masks.SELF_RANK, masks.ROW_BLOCK, masks.ROW_POSITION)),
         *(key[f] for f in (masks.KEY_RANK, masks.KEY_BLOCK, masks.KEY_POSITION)),
     )
     padding = (jb * spec.block_k + jnp.arange(spec.block_k))[None, :] >= spec.num_keys
-    s = jnp.where(blocked, tiles.BLOCKED, s)
+    s = jnp.where(blocked, masks.BLOCKED, s)
     return jnp.where(padding, -jnp.inf, s), blocked | padding, other
 
 

@@ -15,15 +15,15 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from xlnet_jax.model.kernels import masks, tiles
-from xlnet_jax.model.kernels import triton_forward as fwd
-from xlnet_jax.model.kernels import triton_tiles as tt
+from xlnet_jax.model.kernels import masks, matmul
+from xlnet_jax.model.kernels.gpu import forward as fwd
+from xlnet_jax.model.kernels.gpu import tiles as tt
 
 
 def _score_grads(spec, words, first_row, jb, s, dead, lse, do, v, delta):
     """(p [bq, bk] as dropped and rescaled, d scores before scaling) of one tile."""
     p = jnp.exp(s - lse[:, None])
-    dp = tiles.dot_t(do, v)
+    dp = matmul.dot_t(do, v)
     if spec.rate:
         keep = tt.kept(spec, words, first_row, jb)
         p_out = jnp.where(keep, p / (1 - spec.rate), 0.0)
@@ -90,8 +90,8 @@ def _keys_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_r
         p, ds = _score_grads(
             spec, words, first_row, jb, s, dead, lse_ref[rows], do, v, delta_ref[rows]
         )
-        dv += tiles.t_dot(p.astype(do.dtype), do)
-        dk += tiles.t_dot(ds.astype(qw.dtype), qw)
+        dv += matmul.t_dot(p.astype(do.dtype), do)
+        dk += matmul.t_dot(ds.astype(qw.dtype), qw)
         return dk, dv
 
     zeros = jnp.zeros(k.shape, jnp.float32)
