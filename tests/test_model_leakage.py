@@ -39,7 +39,7 @@ def _order(rng: np.random.Generator):
 def test_targets_see_neither_themselves_nor_later_targets(attention_impl, dropatt, monkeypatch):
     if attention_impl == "pallas_triton":  # the GPU kernel, interpreted on tiles of 8
         monkeypatch.setattr(backends, "INTERPRETED", "triton")
-        monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
+        monkeypatch.setattr(triton_attention, "GPU_TILES", triton_attention.Tiles(8, 4, 2, 4, 2))
         attention_impl = "pallas"
     config = ModelConfig(
         vocab_size=32,

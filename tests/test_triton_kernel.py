@@ -26,7 +26,7 @@ from xlnet_jax.model.kernels.gpu import attention as triton_attention
 def triton_interpreted(monkeypatch):
     """The Triton kernel in interpret mode, on tiles of 8 (several blocks, with padding)."""
     monkeypatch.setattr(backends, "INTERPRETED", "triton")
-    monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
+    monkeypatch.setattr(triton_attention, "GPU_TILES", triton_attention.Tiles(8, 4, 2, 4, 2))
 
 
 @pytest.mark.parametrize("dropatt", [0.0, 0.1])

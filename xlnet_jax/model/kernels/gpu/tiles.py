@@ -1,11 +1,12 @@
 """One [block_q, block_k] score tile on the Triton backend, shared by its forward and backward.
 
-Design A: the positional scores BD = (q + r_r) . k_r^T come from one batched matmul outside
-the kernel, [B, N, Qp, W] with W = L + Kp. A row at segment position t meets key j at
-distance index L - t + j, so a tile's positional scores are one skewed load
-`bd[rows, start[rows] + cols]` with start = L - t per row (a pointer tensor on Triton: no
-roll, no gather in registers). The content stream has t = row; the query stream passes its
-target positions. Masks come from `masks.blocked`, as on the TPU; dropout from `dropout.keep`.
+The positional scores BD = (q + r_r) . k_r^T come from one batched matmul outside the kernel
+(attention.positional_layout), laid out flat per (row, head) so that a tile's skewed scores
+are contiguous and 16-byte aligned: row r of the tile reads `bd[r * pitch + offset[r] + j]`
+for its keys j, with `pitch` and every `offset[r]` multiples of ALIGN (the kernel gets
+offset / ALIGN and multiplies it back, so Triton's alignment analysis sees the factor and
+emits vector loads and stores). Masks come from `masks.blocked`, as on the TPU; dropout from
+`dropout.keep`.
 """
 
 import dataclasses
@@ -15,6 +16,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from xlnet_jax.model.kernels import dropout, masks, matmul
+
+# Alignment, in entries, of every row's window in the flat positional scores: 8 bfloat16
+# entries are one 16-byte vector load.
+ALIGN = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +31,9 @@ class GpuSpec:
       scale: 1 / sqrt(d_head).
       num_keys: K, real keys (the rest of the last key block is padding, never attended).
       rate: attention dropout probability (0: none).
-      num_warps, num_stages: Triton's launch parameters.
+      num_warps, num_stages: Triton's launch parameters of the forward kernel;
+      bwd_warps, bwd_stages: of both backward kernels.
+      pitch: entries between the starts of two rows in the flat positional scores.
     """
 
     block_q: int
@@ -36,6 +43,9 @@ class GpuSpec:
     rate: float
     num_warps: int
     num_stages: int
+    bwd_warps: int
+    bwd_stages: int
+    pitch: int
 
 
 def row_fields(row_ref, first, size: int) -> list[jax.Array]:
@@ -48,18 +58,23 @@ def key_fields(key_ref, first, size: int) -> list[jax.Array]:
     return [key_ref[f, pl.ds(first, size)] for f in range(masks.KEY_FIELDS)]
 
 
-def positional(spec: GpuSpec, bd_ref, first_row, start: jax.Array, jb) -> jax.Array:
-    """float32 [bq, bk]: bd[r, start[r] + j] for the tile's rows r (from first_row) and keys j."""
+def _skewed_index(spec: GpuSpec, first_row, offsets: jax.Array, jb) -> jax.Array:
+    """int32 [bq, bk]: where row r (from first_row) meets key j in the flat positional scores."""
     rows = first_row + jnp.arange(spec.block_q)
-    cols = start[:, None] + jb * spec.block_k + jnp.arange(spec.block_k)[None, :]
-    return bd_ref[rows[:, None], cols].astype(jnp.float32)
+    starts = rows * spec.pitch + offsets * ALIGN + jb * spec.block_k
+    return starts[:, None] + jnp.arange(spec.block_k)[None, :]
 
 
-def skewed_store(spec: GpuSpec, dbd_ref, first_row, start: jax.Array, jb, tile: jax.Array):
-    """The transpose of `positional`: tile [bq, bk] written to dbd[r, start[r] + j]."""
-    rows = first_row + jnp.arange(spec.block_q)
-    cols = start[:, None] + jb * spec.block_k + jnp.arange(spec.block_k)[None, :]
-    dbd_ref[rows[:, None], cols] = tile.astype(dbd_ref.dtype)
+def positional(spec: GpuSpec, bd_ref, first_row, offsets: jax.Array, jb) -> jax.Array:
+    """float32 [bq, bk]: the tile's positional scores (module doc; offsets int32 [bq] in units
+    of ALIGN). In bounds by construction (attention.positional_layout), so unmasked."""
+    return bd_ref[_skewed_index(spec, first_row, offsets, jb)].astype(jnp.float32)
+
+
+def skewed_store(spec: GpuSpec, dbd_ref, first_row, offsets: jax.Array, jb, tile: jax.Array):
+    """The transpose of `positional`: tile [bq, bk] written where `positional` read it (each
+    (row, key) owns a distinct entry by construction)."""
+    dbd_ref[_skewed_index(spec, first_row, offsets, jb)] = tile.astype(dbd_ref.dtype)
 
 
 def scores(spec: GpuSpec, jb, qw, k, pos, seg_same, seg_other, rows, keys):
