@@ -175,9 +175,11 @@ def child_main(args: argparse.Namespace) -> None:
 def use_triton_tiles(tiles: str) -> None:
     """Sets the GPU kernel's tile from --triton_tiles (block, warps, stages)."""
     from xlnet_jax.model.kernels.gpu import attention as triton_attention
+    from xlnet_jax.model.kernels.gpu import tiles as gpu_tiles
 
     block, warps, stages = (int(x) for x in tiles.split(","))
-    triton_attention.GPU_TILES = triton_attention.Tiles(block, warps, stages, warps, stages)
+    launch = gpu_tiles.Launch(warps, stages)
+    triton_attention.GPU_TILES = gpu_tiles.Tiles(block, launch, launch, launch)
 
 
 def run_child(args: argparse.Namespace, framework: str, shape: str, batch: int) -> dict:

@@ -20,6 +20,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.sharding import Mesh
 
+from tests.helpers import TILES_OF_8
 from xlnet_jax.config import DEFAULT_AXIS_RULES, ModelConfig, default_config
 from xlnet_jax.model.attention import RelativeBiases, TwoStreamRelativeAttention
 from xlnet_jax.model.kernels import masks
@@ -139,7 +140,7 @@ def max_rel_error(got, want) -> float:
 @pytest.fixture
 def tile_of_8(monkeypatch):
     monkeypatch.setattr(kernel_module, "TPU_BLOCK", 8)
-    monkeypatch.setattr(triton_attention, "GPU_TILES", triton_attention.Tiles(8, 4, 2, 4, 2))
+    monkeypatch.setattr(triton_attention, "GPU_TILES", TILES_OF_8)
 
 
 def assert_kernel_matches_xla(case: Case, dropatt: float = 0.0):

@@ -24,6 +24,7 @@ import tempfile
 import pytest
 import triton  # in the test extra: the suite fails, not skips, without it
 from jax._src.interpreters import mlir as jax_mlir
+from jax._src.lib import triton as jax_triton
 from jax._src.lib.mlir import ir
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
@@ -107,7 +108,8 @@ def compile_for_hopper(kernel: Kernel) -> Compiled:
     key = _key(kernel)
     if key in _CACHE:
         return _CACHE[key]
-    with jax_mlir.make_ir_context():
+    with jax_mlir.make_ir_context() as context:
+        jax_triton.dialect.register_dialect(context)
         text = ir.Module.parse(kernel.ir).operation.get_asm(enable_debug_info=False)
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, f"{kernel.name}.ttir")

@@ -17,6 +17,7 @@ import pytest
 
 from tests import test_attention_kernel as base
 from tests.cuda_export import TRITON_CALL, export_train_step_for_cuda
+from tests.helpers import TILES_OF_8
 from xlnet_jax.config import default_config
 from xlnet_jax.model.kernels import backends
 from xlnet_jax.model.kernels.gpu import attention as triton_attention
@@ -26,7 +27,7 @@ from xlnet_jax.model.kernels.gpu import attention as triton_attention
 def triton_interpreted(monkeypatch):
     """The Triton kernel in interpret mode, on tiles of 8 (several blocks, with padding)."""
     monkeypatch.setattr(backends, "INTERPRETED", "triton")
-    monkeypatch.setattr(triton_attention, "GPU_TILES", triton_attention.Tiles(8, 4, 2, 4, 2))
+    monkeypatch.setattr(triton_attention, "GPU_TILES", TILES_OF_8)
 
 
 @pytest.mark.parametrize("dropatt", [0.0, 0.1])

@@ -23,42 +23,32 @@ from xlnet_jax.model.kernels.gpu.forward import Inputs, forward
 MIN_WIDTH = 16
 
 
-@dataclasses.dataclass(frozen=True)
-class Tiles:
-    """Tile size and Triton launch parameters of one stream's three kernels."""
-
-    block: int
-    fwd_warps: int
-    fwd_stages: int
-    bwd_warps: int
-    bwd_stages: int
-
-
 # Tiles for every shape (tests and tile sweeps set it); None: `gpu_tiles` chooses per shape.
-GPU_TILES: Tiles | None = None
+GPU_TILES: tt.Tiles | None = None
 
 
-def gpu_tiles(num_rows: int, num_keys: int, d_head: int) -> Tiles:
-    """The tiles for a stream's shape, from the table in docs/kernel-gpu.md (checked there with
-    tests/test_gpu_compile.py on sm_90: no spills, warpgroup MMAs, shared memory well under an
-    H100's 227 KB per block).
+def gpu_tiles(num_rows: int, num_keys: int, d_head: int) -> tt.Tiles:
+    """The tiles of a stream's shape; the table is checked on sm_90 by tests/test_gpu_compile.py
+    (no spills, warpgroup MMAs, shared memory far under an H100's 227 KB per block) and its
+    figures are in docs/kernel-gpu.md.
 
-    64 x 64 tiles: wgmma's instruction is 64 rows per warpgroup, so smaller row tiles fall back
-    to mma.sync, and 128-row tiles double the float32 accumulators and scores per thread (at
-    4 warps, 255 registers and spills already at 64). The forward holds one [64, H] float32
-    accumulator and one [64, 64] score tile: 4 warps, 3 stages. Each backward kernel holds two
-    float32 tile-sized products and two accumulators: 8 warps (two warpgroups) halve the
-    registers per thread and remove the spills that 4 warps had; 2 stages keep shared memory
-    for the pipelined k, v, q and dO tiles. Heads wider than 64 double every accumulator:
-    8 warps and 1 stage for the forward too. Short shapes take the smallest tile (16, what a
-    Triton dot needs) that covers them.
+    64 x 64 tiles for every head width up to 64: wgmma's instruction is 64 rows per
+    warpgroup (smaller row tiles fall back to mma.sync), and 128-row tiles double the float32
+    accumulators and scores per thread, already at 252-255 registers at 64. Forward: one
+    [64, H] accumulator, 4 warps, 3 stages (k, v and the positional tile in flight through
+    cp.async). Rows backward: 4 warps, 2 stages. Keys backward (two [64, H] accumulators and
+    the most live tiles): 8 warps (two warpgroups halve the registers per thread) and 1 stage;
+    with 2 stages it spills 16 bytes. Wider heads double every accumulator: 8 warps, 1 stage
+    everywhere (unchecked: no config has them). Short shapes take the smallest tile (16, what
+    a Triton dot needs) that covers them.
     """
     if GPU_TILES is not None:
         return GPU_TILES
     block = max(MIN_WIDTH, min(64, pl.next_power_of_2(min(num_rows, num_keys))))
     if d_head > 64:
-        return Tiles(block, 8, 1, 8, 1)
-    return Tiles(block, 4, 3, 8, 2)
+        wide = tt.Launch(8, 1)
+        return tt.Tiles(block, wide, wide, wide)
+    return tt.Tiles(block, forward=tt.Launch(4, 3), rows=tt.Launch(4, 2), keys=tt.Launch(8, 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +164,6 @@ def relative_attention(
     rate: float,
     *,
     interpret: bool,
-    block: int | None = None,
 ) -> jax.Array:
     """Softmax attention of one stream's query rows over [memory ; segment] keys, on Triton.
 
@@ -184,7 +173,6 @@ def relative_attention(
       words: uint32 [B, N] dropout words of this stream and layer (dropout.row_head_words).
       rate: attention dropout probability (static; 0 disables it and ignores words).
       interpret: run in Pallas interpret mode (any platform) instead of lowering to Triton.
-      block: rows and keys per tile (a power of two); None: `gpu_tiles`'s.
 
     Returns:
       [B, Q, N, H] attention output in q's dtype (before the output projection).
@@ -194,7 +182,7 @@ def relative_attention(
     num_keys = k.shape[1]
     seg_len = k_r.shape[1] - num_keys
     tiles = gpu_tiles(num_rows, num_keys, d_head)
-    b = block or tiles.block
+    b = tiles.block
     rows_p, keys_p = -(-num_rows // b) * b, -(-num_keys // b) * b
     width = max(MIN_WIDTH, pl.next_power_of_2(d_head))
     seg = jnp.einsum("bqnh,snh->bnqs", q + r_s, seg_embed, preferred_element_type=jnp.float32)
@@ -218,10 +206,7 @@ def relative_attention(
         offsets = (start + shift) // tt.ALIGN
         rows = layout.width + tt.ALIGN - 1
         k_r = _pad(_pad(k_r, 2, rows, before=tt.ALIGN - 1), 3, width)
-    spec = tt.GpuSpec(
-        b, b, d_head**-0.5, num_keys, rate, tiles.fwd_warps, tiles.fwd_stages,
-        tiles.bwd_warps, tiles.bwd_stages, layout.pitch,
-    )  # fmt: skip
+    spec = tt.GpuSpec(tiles, d_head**-0.5, num_keys, rate, layout.pitch)
     out = _attend(
         spec,
         layout,

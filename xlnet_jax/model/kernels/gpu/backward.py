@@ -140,7 +140,7 @@ def backward(spec: tt.GpuSpec, x: fwd.Inputs, do, lse, delta, *, interpret: bool
         ],  # fmt: skip
         out_shape=rows_out,
         input_output_aliases={13: 3},  # dBD starts as zeros: entries outside every window stay 0
-        compiler_params=fwd.compiler_params(spec.bwd_warps, spec.bwd_stages),
+        compiler_params=fwd.compiler_params(spec.tiles.rows),
         cost_estimate=fwd.cost(x, 3, rows_out),
         interpret=interpret,
         name="xlnet_relative_attention_triton_bwd_rows",
@@ -166,7 +166,7 @@ def backward(spec: tt.GpuSpec, x: fwd.Inputs, do, lse, delta, *, interpret: bool
         in_specs=[*key_specs, *tail],
         out_specs=[_key_block(bk, width)] * 2,
         out_shape=keys_out,
-        compiler_params=fwd.compiler_params(spec.bwd_warps, spec.bwd_stages),
+        compiler_params=fwd.compiler_params(spec.tiles.keys),
         cost_estimate=fwd.cost(x, 4, keys_out),
         interpret=interpret,
         name="xlnet_relative_attention_triton_bwd_keys",

@@ -96,9 +96,9 @@ def per_row(*shape: int, rows_axis: bool) -> pl.BlockSpec:
 WORDS = pl.BlockSpec((None, None), lambda i, b, n: (b, n))
 
 
-def compiler_params(num_warps: int, num_stages: int) -> pltriton.CompilerParams:
+def compiler_params(launch: tt.Launch) -> pltriton.CompilerParams:
     """Explicitly Triton: jax_pallas_use_mosaic_gpu would otherwise send the call to Mosaic GPU."""
-    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+    return pltriton.CompilerParams(num_warps=launch.warps, num_stages=launch.stages)
 
 
 def cost(x: Inputs, matmuls: int, outputs: tuple[jax.ShapeDtypeStruct, ...]) -> pl.CostEstimate:
@@ -140,7 +140,7 @@ def forward(spec: tt.GpuSpec, x: Inputs, *, interpret: bool):
         ],
         out_specs=[row_block(bq, width), row_block(bq)],
         out_shape=out_shape,
-        compiler_params=compiler_params(spec.num_warps, spec.num_stages),
+        compiler_params=compiler_params(spec.tiles.forward),
         cost_estimate=cost(x, 2, out_shape),
         interpret=interpret,
         name="xlnet_relative_attention_triton_fwd",

@@ -10,6 +10,7 @@ emits vector loads and stores). Masks come from `masks.blocked`, as on the TPU; 
 """
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,30 +23,48 @@ from xlnet_jax.model.kernels import dropout, masks, matmul
 ALIGN = 8
 
 
+class Launch(NamedTuple):
+    """Triton's launch parameters of one kernel."""
+
+    warps: int
+    stages: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """Rows = keys per tile (a power of two, as Triton needs) and each kernel's launch."""
+
+    block: int
+    forward: Launch
+    rows: Launch  # the rows backward (d(q + r_w), segment gradients, dBD)
+    keys: Launch  # the keys backward (dk, dv)
+
+
 @dataclasses.dataclass(frozen=True)
 class GpuSpec:
     """Static facts of one Triton kernel call.
 
     Attributes:
-      block_q, block_k: rows and keys per tile (powers of two, as Triton needs).
+      tiles: the tile size and each kernel's launch parameters (attention.gpu_tiles).
       scale: 1 / sqrt(d_head).
       num_keys: K, real keys (the rest of the last key block is padding, never attended).
       rate: attention dropout probability (0: none).
-      num_warps, num_stages: Triton's launch parameters of the forward kernel;
-      bwd_warps, bwd_stages: of both backward kernels.
       pitch: entries between the starts of two rows in the flat positional scores.
     """
 
-    block_q: int
-    block_k: int
+    tiles: Tiles
     scale: float
     num_keys: int
     rate: float
-    num_warps: int
-    num_stages: int
-    bwd_warps: int
-    bwd_stages: int
     pitch: int
+
+    @property
+    def block_q(self) -> int:
+        return self.tiles.block
+
+    @property
+    def block_k(self) -> int:
+        return self.tiles.block
 
 
 def row_fields(row_ref, first, size: int) -> list[jax.Array]:
