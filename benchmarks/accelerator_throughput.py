@@ -79,8 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--triton_tiles",
-        default="64,4,2",
-        help="the GPU kernel's block (rows = keys per tile, a power of two), warps, stages",
+        default=None,
+        help="the GPU kernel's block (rows = keys per tile, a power of two), warps, stages for "
+        "every shape (default: the kernel's per-shape table)",
     )
     parser.add_argument("--child", choices=sorted(FRAMEWORKS), help=argparse.SUPPRESS)
     parser.add_argument("--shape", help=argparse.SUPPRESS)
@@ -159,7 +160,8 @@ def child_main(args: argparse.Namespace) -> None:
     try:
         if args.child in OURS:
             config.attention_impl = "pallas" if args.child == "kernel" else "xla"
-            use_triton_tiles(args.triton_tiles)
+            if args.triton_tiles:
+                use_triton_tiles(args.triton_tiles)
             result = run_ours(args, config)
         else:
             result = run_hf(args, config, compiled=args.child == "compile")
@@ -172,12 +174,12 @@ def child_main(args: argparse.Namespace) -> None:
 
 def use_triton_tiles(tiles: str) -> None:
     """Sets the GPU kernel's tile from --triton_tiles (block, warps, stages)."""
-    from xlnet_jax.model.kernels import triton_attention
+    from xlnet_jax.model.kernels.gpu import attention as triton_attention
+    from xlnet_jax.model.kernels.gpu import tiles as gpu_tiles
 
     block, warps, stages = (int(x) for x in tiles.split(","))
-    triton_attention.GPU_BLOCK = block
-    triton_attention.GPU_WARPS = warps
-    triton_attention.GPU_STAGES = stages
+    launch = gpu_tiles.Launch(warps, stages)
+    triton_attention.GPU_TILES = gpu_tiles.Tiles(block, launch, launch, launch)
 
 
 def run_child(args: argparse.Namespace, framework: str, shape: str, batch: int) -> dict:

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 
 from xlnet_jax.config import default_config
+from xlnet_jax.model.kernels.gpu import tiles as gpu_tiles
 
 SEP, CLS = 4, 3
 
@@ -111,3 +112,8 @@ def assert_same_training(losses, want_losses, params, want_params, mems, want_me
     assert_f32_close(losses, want_losses, roundings=TRAINING_ROUNDINGS, err_msg="losses")
     assert_trees_f32_close(params, want_params, roundings=TRAINING_ROUNDINGS)
     assert_f32_close(mems, want_mems, roundings=TRAINING_ROUNDINGS, err_msg="mems")
+
+
+# The GPU kernel on tiles of 8 (several blocks and padding at the tests' small shapes), for
+# Pallas interpret mode: `monkeypatch.setattr(gpu.attention, "GPU_TILES", TILES_OF_8)`.
+TILES_OF_8 = gpu_tiles.Tiles(8, *(gpu_tiles.Launch(4, 2),) * 3)

@@ -13,9 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.helpers import TILES_OF_8
 from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model.kernels import backends, triton_attention
+from xlnet_jax.model.kernels import backends
+from xlnet_jax.model.kernels.gpu import attention as triton_attention
 from xlnet_jax.model.kernels.masks import UNORDERED, PermOrder
 from xlnet_jax.model.xlnet import TiedEmbedding, XLNetLM
 
@@ -38,7 +40,7 @@ def _order(rng: np.random.Generator):
 def test_targets_see_neither_themselves_nor_later_targets(attention_impl, dropatt, monkeypatch):
     if attention_impl == "pallas_triton":  # the GPU kernel, interpreted on tiles of 8
         monkeypatch.setattr(backends, "INTERPRETED", "triton")
-        monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
+        monkeypatch.setattr(triton_attention, "GPU_TILES", TILES_OF_8)
         attention_impl = "pallas"
     config = ModelConfig(
         vocab_size=32,

@@ -3,32 +3,31 @@
 The equality tests run test_attention_kernel's layer cases through the Triton kernel
 (interpret mode, float32, tiles of 8) with dropatt 0 and 0.1; with dropout both paths draw
 their words from the layer's rng (kernels.dropout) and must drop the same entries. The
-lowering test exports the tiny-shaped train step for CUDA from this CPU: `auto` must pick
-the kernel there (Triton custom calls present), and no float32 [rows, keys]-sized array may
-remain; design A's BD (in the compute dtype) is the only score-sized array.
+lowering tests export the train step for CUDA from this CPU, traced for an H100
+(tests.cuda_export), at the tiny shape and at base batch 16: `auto` must pick the kernel
+there (Triton custom calls present), and no float32 score-sized array may remain (BD, in
+the compute dtype, is the kernel path's only score-sized array).
 """
 
+import importlib
 import math
 import re
 
-import jax
 import pytest
 
 from tests import test_attention_kernel as base
-from tests.helpers import small_config
-from xlnet_jax.model import xlnet
-from xlnet_jax.model.kernels import backends, triton_attention
-from xlnet_jax.model.kernels import mesh as kernel_mesh
-from xlnet_jax.model.xlnet import uses_kernel
-from xlnet_jax.training import sharding
-from xlnet_jax.training.program import build_program
+from tests.cuda_export import TRITON_CALL, export_train_step_for_cuda
+from tests.helpers import TILES_OF_8
+from xlnet_jax.config import default_config
+from xlnet_jax.model.kernels import backends
+from xlnet_jax.model.kernels.gpu import attention as triton_attention
 
 
 @pytest.fixture
 def triton_interpreted(monkeypatch):
     """The Triton kernel in interpret mode, on tiles of 8 (several blocks, with padding)."""
     monkeypatch.setattr(backends, "INTERPRETED", "triton")
-    monkeypatch.setattr(triton_attention, "GPU_BLOCK", 8)
+    monkeypatch.setattr(triton_attention, "GPU_TILES", TILES_OF_8)
 
 
 @pytest.mark.parametrize("dropatt", [0.0, 0.1])
@@ -39,56 +38,60 @@ def test_triton_kernel_matches_xla(case, dropatt, triton_interpreted):
     base.assert_kernel_matches_xla(case, dropatt)
 
 
-# Every dimension distinct, so that a shape says what it is: rows L = 24 and P = 5 (padded
-# by tiles of 32 to 32), keys K = 44, K + L = 68 (padded: 64, and BD's width L + 64 = 88).
-LOWERED = dict(seq_len=24, reuse_len=12, mem_len=20, perm_size=12, num_predict=5, d_model=40,
-               n_head=2, d_head=8, d_inner=56, batch_size=4, dtype="bfloat16")  # fmt: skip
-ROW_DIMS, KEY_DIMS = {24, 5, 32}, {44, 68, 64, 88}
-GPU = jax.sharding.AbstractDevice(
-    device_kind="NVIDIA H100 80GB HBM3", num_cores=None, platform="gpu"
-)
+def exported_config(name: str, **overrides):
+    """configs/`name` at batch 16 (default: the package default, the tiny shape of B 4, N 4,
+    L 128, memory 64), bf16 with dropatt 0.1, as exported for CUDA by the tests."""
+    if name == "default":
+        config, batch = default_config(), 4
+        config.mem_len = 64
+    else:
+        config, batch = importlib.import_module(f"configs.{name}").get_config(), 16
+    for field, value in dict(batch_size=batch, dtype="bfloat16", dropatt=0.1, **overrides).items():
+        config[field] = value
+    return config
 
 
-def score_sized(module_text: str) -> set[tuple[tuple[int, ...], str]]:
-    """(shape, dtype) of every float array of the module with a row and a key dimension."""
+def score_sized_f32(module_text: str, config) -> set[tuple[int, ...]]:
+    """Shapes of the module's float32 arrays as large as one stream's scores: a batch axis,
+    a head axis, a query axis (>= the P target rows; not the head width, which [B, N, K, H]
+    arrays have) and a key axis (>= K = M + L), and
+    B·N·P·K elements or more (stacks of them, per layer or per stream, included)."""
+    batch, heads, rows = config.batch_size, config.n_head, config.num_predict
+    keys = config.mem_len + config.seq_len
     found = set()
-    for match in re.finditer(r"tensor<((?:\d+x)+)(f32|bf16|f16)>", module_text):
+    for match in re.finditer(r"tensor<((?:\d+x)+)f32>", module_text):
         dims = tuple(int(d) for d in match.group(1).rstrip("x").split("x"))
-        if ROW_DIMS & set(dims) and KEY_DIMS & set(dims) and math.prod(dims) >= 4 * 2 * 5 * 44:
-            found.add((dims, match.group(2)))
+        rest = list(dims)
+        for axis in (batch, heads):
+            if axis in rest:
+                rest.remove(axis)
+        if len(rest) != len(dims) - 2:
+            continue
+        long_axes = sorted(d for d in rest if d >= rows and d != config.d_head)
+        big = math.prod(dims) >= batch * heads * rows * keys
+        if big and len(long_axes) >= 2 and long_axes[-1] >= keys:
+            found.add(dims)
     return found
 
 
-def export_train_step_for_cuda(impl: str, monkeypatch) -> str:
-    """The MLIR text of the train step exported for CUDA, traced for an H100: the chip the
-    step is traced for (kernels.mesh.target_device) says GPU, as it does on a GPU mesh."""
-    monkeypatch.setattr(kernel_mesh, "target_device", lambda: GPU)
-    monkeypatch.setattr(xlnet, "target_device", lambda: GPU)
-    config = small_config(attention_impl=impl, **LOWERED)
-    program = build_program(config, sharding.make_mesh(config, jax.devices()[:1]))
-    assert uses_kernel(program.model.config) == (impl == "auto")
-    triton_call = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
-    with program.activate():
-        exported = jax.export.export(
-            program.train_step, platforms=["cuda"], disabled_checks=[triton_call]
-        )(program.abstract_state, program.abstract_batch)
-    return exported.mlir_module()
-
-
-def test_train_step_exported_for_cuda_runs_the_triton_kernel(monkeypatch):
-    """`auto` with dropatt traced for a GPU: Triton calls (forward and both backward kernels
-    of each stream, in the scanned layer), no float32 score-sized array; BD (bf16, one per
-    stream, [B, N, rows padded, L + keys padded]) is the only score-sized array."""
-    monkeypatch.setattr(triton_attention, "GPU_BLOCK", 32)
-    text = export_train_step_for_cuda("auto", monkeypatch)
-    assert text.count("__gpu$xla.gpu.triton") >= 6
-    for name in ("fwd", "bwd_rows", "bwd_keys"):
-        assert f"xlnet_relative_attention_triton_{name}" in text
-    assert score_sized(text) == {((4, 2, 32, 88), "bf16")}
+@pytest.mark.parametrize("name", ["default", "base"])
+def test_train_step_exported_for_cuda_runs_the_triton_kernel(name, monkeypatch):
+    """`auto` with dropatt traced for an H100: the Triton kernels (forward and both backward
+    kernels of each stream, in the scanned layer) and no float32 score-sized array, at the
+    tiny shape and at base batch 16 (abstract shapes: nothing runs)."""
+    config = exported_config(name)
+    text = export_train_step_for_cuda(config, monkeypatch).mlir_module()
+    assert text.count(TRITON_CALL) >= 6
+    for kernel in ("fwd", "bwd_rows", "bwd_keys"):
+        assert f"xlnet_relative_attention_triton_{kernel}" in text
+    assert score_sized_f32(text, config) == set()
 
 
 def test_the_score_check_finds_the_xla_path_scores(monkeypatch):
-    """The same export on the XLA path holds float32 [B, N, L, K] scores: the check sees them."""
-    text = export_train_step_for_cuda("xla", monkeypatch)
-    assert "__gpu$xla.gpu.triton" not in text
-    assert ((4, 2, 24, 44), "f32") in score_sized(text)
+    """The same tiny export on the XLA path holds float32 [B, N, L, K] scores: the check
+    sees them."""
+    config = exported_config("default", attention_impl="xla")
+    text = export_train_step_for_cuda(config, monkeypatch).mlir_module()
+    assert TRITON_CALL not in text
+    keys = config.mem_len + config.seq_len
+    assert (4, 4, config.seq_len, keys) in score_sized_f32(text, config)

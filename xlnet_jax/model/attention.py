@@ -92,7 +92,7 @@ class TwoStreamRelativeAttention(nn.Module):
     positions arange(L); the query stream passes the P target positions, so its cost is
     O(P * K), never O(L * K).
 
-    Rows given as KernelRows run through the Pallas kernel (kernels.relative_attention)
+    Rows given as KernelRows run through the Pallas kernel (kernels.backends)
     instead, which computes the same scores tile by tile. Both paths drop the same attention
     probabilities: each stream draws one word per (row, head) from the layer's dropout rng,
     and `kernels.dropout.keep` decides entry (q, k) from it (q: the row's index in the stream,

@@ -1,43 +1,43 @@
-"""Which kernel backend runs, decided per lowering platform (`jax.lax.platform_dependent`).
+"""Which kernel backend runs, chosen before tracing from the chip the step is traced for.
 
-TPU: the Mosaic kernel (relative_attention); CUDA: the Triton kernel (triton_attention);
-any other platform: INTERPRETED's kernel in Pallas interpret mode (CPU tests). A step
-exported or compiled for a platform from a host of another gets that platform's kernel.
+TPU: the Mosaic kernel (tpu/); an NVIDIA GPU: the Triton kernel (gpu/); any other chip:
+INTERPRETED's kernel in Pallas interpret mode (CPU tests). The chip is the active mesh's
+abstract device (kernels.mesh.target_device), so a step compiled for a TPU topology or
+exported for a GPU from a CPU host gets that chip's kernel, and only its operands: a
+`lax.platform_dependent` choice would keep every branch's operands and residuals (the
+Mosaic query stream's float32 [B, N, P, K] bias among them) alive in the CUDA program.
 """
-
-import functools
 
 import jax
 import jax.numpy as jnp
 
-from xlnet_jax.model.kernels import relative_attention as mosaic
-from xlnet_jax.model.kernels import triton_attention as triton
+from xlnet_jax.model.kernels.gpu import attention as triton
+from xlnet_jax.model.kernels.tpu import attention as mosaic
 
 # The kernel that runs in interpret mode off TPU and GPU: "mosaic" or "triton" (tests pick).
 INTERPRETED = "mosaic"
 
 
+def backend(platform: str) -> str:
+    """The kernel for a chip's platform ("tpu", "gpu", else interpreted): "mosaic" or "triton"."""
+    return {"tpu": "mosaic", "gpu": "triton"}.get(platform, INTERPRETED)
+
+
 def relative_attention(
     q, k, v, k_r, biases, seg_embed, row, key, positions, words, *, dropatt: float,
-    strided_roll: bool,
+    strided_roll: bool, platform: str,
 ) -> jax.Array:  # fmt: skip
-    """One stream's attention (`relative_attention.relative_attention`'s arguments) on the
-    lowering platform's kernel; words (uint32 [B, N] or None when dropatt is 0) drop the same
-    entries on every backend (kernels.dropout)."""
-    on_mosaic = functools.partial(
-        mosaic.relative_attention, dropatt=dropatt, strided_roll=strided_roll
-    )
-
-    def on_triton(*args, interpret: bool):
-        *inputs, words = args
-        if words is None:
-            words = jnp.zeros((q.shape[0], q.shape[2]), jnp.uint32)
-        return triton.relative_attention(*inputs, words, dropatt, interpret=interpret)
-
-    interpreted = (
-        on_mosaic if INTERPRETED == "mosaic" else functools.partial(on_triton, interpret=True)
-    )
-    return jax.lax.platform_dependent(
-        q, k, v, k_r, biases, seg_embed, row, key, positions, words,
-        tpu=on_mosaic, cuda=functools.partial(on_triton, interpret=False), default=interpreted,
+    """One stream's attention (`tpu.attention.relative_attention`'s arguments) on the kernel
+    of `platform`, the chip traced for; words (uint32 [B, N] or None when dropatt is 0) drop
+    the same entries on every backend (kernels.dropout)."""
+    if backend(platform) == "mosaic":
+        return mosaic.relative_attention(
+            q, k, v, k_r, biases, seg_embed, row, key, positions, words,
+            dropatt=dropatt, strided_roll=strided_roll,
+        )  # fmt: skip
+    if words is None:
+        words = jnp.zeros((q.shape[0], q.shape[2]), jnp.uint32)
+    return triton.relative_attention(
+        q, k, v, k_r, biases, seg_embed, row, key, positions, words, dropatt,
+        interpret=platform != "gpu",
     )  # fmt: skip

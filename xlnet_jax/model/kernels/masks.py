@@ -23,6 +23,8 @@ NO_KEY_POSITION = -(2**30)
 NO_ROW_POSITION = -(2**30) + 1
 # block of a memory key: below every segment block, so always visible.
 MEMORY_BLOCK = -1
+# Score of a blocked key, as the XLA path (exp of it is 0 unless the whole row is blocked).
+BLOCKED = -1e30
 
 # Columns of the row info [B, Q, ROW_FIELDS] and rows of the key info [B, KEY_FIELDS, K].
 SELF_RANK, ROW_BLOCK, ROW_POSITION, ROW_SEGMENT = range(4)

@@ -7,7 +7,7 @@ activations are laid out.
 
 It also says which chip the step is traced for (the abstract mesh's device, so an AOT compile
 for a TPU topology from a CPU host sees the topology's chip): the kernel's shift and
-attention_impl="auto" follow it.
+attention_impl="auto" follow it, and so does the kernel backend (kernels.backends).
 """
 
 import functools
@@ -38,8 +38,11 @@ def sharded_relative_attention(
     """relative_attention (same arguments), mapped over the active mesh's batch and head axes
     (the dropout words [B, N] too, so each shard drops what the whole would)."""
     mesh = jax.sharding.get_abstract_mesh()
-    strided_roll = not target_device().device_kind.startswith(NO_STRIDED_ROLL)
-    attend = functools.partial(relative_attention, dropatt=dropatt, strided_roll=strided_roll)
+    device = target_device()
+    strided_roll = not device.device_kind.startswith(NO_STRIDED_ROLL)
+    attend = functools.partial(
+        relative_attention, dropatt=dropatt, strided_roll=strided_roll, platform=device.platform
+    )
     if mesh.empty or mesh.size == 1:
         return attend(q, k, v, k_r, biases, seg_embed, row, key, positions, words)
     batch, heads = nn.logical_to_mesh_axes(("batch", "heads"))

@@ -1,7 +1,7 @@
 """Triton forward kernel: online softmax over key blocks; writes the output and log-sum-exp.
 
 Grid (query blocks, B, N); each program loops over the key blocks. Inputs are head-major and
-padded: q-side [B, N, Qp, H], k-side [B, N, Kp, H], BD [B, N, Qp, W], per-row vectors
+padded: q-side [B, N, Qp, H], k-side [B, N, Kp, H], BD flat [B, N, Qp * W], per-row vectors
 [B, N, Qp] or [B, Qp]. The normaliser comes from the undropped probabilities; the output
 from the dropped, rescaled ones (as dropout after softmax on the XLA path).
 """
@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from xlnet_jax.model.kernels import masks
-from xlnet_jax.model.kernels import triton_tiles as tt
+from xlnet_jax.model.kernels.gpu import tiles as tt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,22 +26,22 @@ class Inputs:
     seg_same: jax.Array  # float32 [B, N, Qp] (q + r_s) . seg_embed[0]
     seg_other: jax.Array  # float32 [B, N, Qp] (q + r_s) . seg_embed[1]
     row: jax.Array  # int32 [B, Qp, ROW_FIELDS]
-    start: jax.Array  # int32 [B, Qp]: L - t, where BD's window of the row begins
+    offsets: jax.Array  # int32 [B, Qp]: where the row's window begins in bd, / tiles.ALIGN
     k: jax.Array  # [B, N, Kp, H]
     v: jax.Array  # [B, N, Kp, H]
     key: jax.Array  # int32 [B, KEY_FIELDS, Kp]
-    bd: jax.Array  # [B, N, Qp, W] (q + r_r) . k_r^T, W = L + Kp
+    bd: jax.Array  # [B, N, Qp * W] (q + r_r) . k_r^T, flat (attention.positional_layout)
     words: jax.Array  # uint32 [B, N] dropout words
 
     def as_tuple(self) -> tuple[jax.Array, ...]:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
 
-def _kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_ref, k_ref, v_ref,
+def _kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, offsets_ref, k_ref, v_ref,
             key_ref, bd_ref, words_ref, out_ref, lse_ref):  # fmt: skip
     bq, bk = spec.block_q, spec.block_k
     first_row = pl.program_id(0) * bq
-    qw, start = qw_ref[...], start_ref[...]
+    qw, offsets = qw_ref[...], offsets_ref[...]
     seg_same, seg_other = same_ref[...], other_ref[...]
     rows = tt.row_fields(row_ref, 0, bq)
     words = words_ref[...]
@@ -50,7 +50,7 @@ def _kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_ref, k
         acc, m_prev, l_prev = carry
         keys = pl.ds(jb * bk, bk)
         k, v = k_ref[keys, :], v_ref[keys, :]
-        pos = tt.positional(spec, bd_ref, 0, start, jb)
+        pos = tt.positional(spec, bd_ref, first_row, offsets, jb)
         s, _, _ = tt.scores(
             spec, jb, qw, k, pos, seg_same, seg_other, rows, tt.key_fields(key_ref, jb * bk, bk)
         )
@@ -96,9 +96,9 @@ def per_row(*shape: int, rows_axis: bool) -> pl.BlockSpec:
 WORDS = pl.BlockSpec((None, None), lambda i, b, n: (b, n))
 
 
-def compiler_params(spec: tt.GpuSpec) -> pltriton.CompilerParams:
+def compiler_params(launch: tt.Launch) -> pltriton.CompilerParams:
     """Explicitly Triton: jax_pallas_use_mosaic_gpu would otherwise send the call to Mosaic GPU."""
-    return pltriton.CompilerParams(num_warps=spec.num_warps, num_stages=spec.num_stages)
+    return pltriton.CompilerParams(num_warps=launch.warps, num_stages=launch.stages)
 
 
 def cost(x: Inputs, matmuls: int, outputs: tuple[jax.ShapeDtypeStruct, ...]) -> pl.CostEstimate:
@@ -117,7 +117,7 @@ def cost(x: Inputs, matmuls: int, outputs: tuple[jax.ShapeDtypeStruct, ...]) -> 
 def forward(spec: tt.GpuSpec, x: Inputs, *, interpret: bool):
     """(out [B, N, Qp, H] in qw's dtype, lse float32 [B, N, Qp]) of one stream."""
     batch, heads, rows, width = x.qw.shape
-    keys, bd_width = x.k.shape[2], x.bd.shape[3]
+    keys, bd_size = x.k.shape[2], x.bd.shape[2]
     bq = spec.block_q
     out_shape = (
         jax.ShapeDtypeStruct(x.qw.shape, x.qw.dtype),
@@ -135,12 +135,12 @@ def forward(spec: tt.GpuSpec, x: Inputs, *, interpret: bool):
             whole(keys, width),
             whole(keys, width),
             per_row(masks.KEY_FIELDS, keys, rows_axis=False),
-            row_block(bq, bd_width),
+            whole(bd_size),
             WORDS,
         ],
         out_specs=[row_block(bq, width), row_block(bq)],
         out_shape=out_shape,
-        compiler_params=compiler_params(spec),
+        compiler_params=compiler_params(spec.tiles.forward),
         cost_estimate=cost(x, 2, out_shape),
         interpret=interpret,
         name="xlnet_relative_attention_triton_fwd",

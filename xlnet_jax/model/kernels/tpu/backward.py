@@ -18,7 +18,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import forward, tiles
+from xlnet_jax.model.kernels import matmul
+from xlnet_jax.model.kernels.tpu import forward, tiles
 
 
 def _kernel(spec: tiles.TileSpec, *refs):
@@ -42,15 +43,15 @@ def _kernel(spec: tiles.TileSpec, *refs):
     pos = forward.positional_tile(spec, pos_ref, qr_ref, ib, jb)
     s, dead, other = tiles.scores(spec, jb, qw, pos, seg_ref[...], row_ref[...], k, key_ref[...])
     p = jnp.exp(s - lse_ref[...])
-    dp = tiles.dot_t(do, v)
+    dp = matmul.dot_t(do, v)
     p_out = p
     if spec.dropatt:
         kept = tiles.dropout_scale(spec, words_ref[...], ib, jb)
         p_out, dp = p * kept, dp * kept
     ds = jnp.where(dead, 0.0, p * (dp - delta_ref[...])) * spec.scale
 
-    dv_ref[...] += tiles.t_dot(p_out.astype(do.dtype), do)
-    dk_ref[...] += tiles.t_dot(ds.astype(qw.dtype), qw)
+    dv_ref[...] += matmul.t_dot(p_out.astype(do.dtype), do)
+    dk_ref[...] += matmul.t_dot(ds.astype(qw.dtype), qw)
     rows = pl.ds(pl.multiple_of(ib * b, b), b)
     dqw_ref[rows, :] += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
     dseg_ref[rows, :] += jnp.concatenate(
@@ -65,7 +66,7 @@ def _kernel(spec: tiles.TileSpec, *refs):
         start, win = tiles.window(pos_ref, spec, ib, jb)
         d_wide = tiles.unshift_window(ds).astype(win.dtype)
         dqr_ref[rows, :] += jax.lax.dot(d_wide, win, preferred_element_type=jnp.float32)
-        dkr_ref[pl.ds(start, 2 * b), :] += tiles.t_dot(d_wide, qr_ref[...])
+        dkr_ref[pl.ds(start, 2 * b), :] += matmul.t_dot(d_wide, qr_ref[...])
     else:
         (dbias_ref,) = refs
         dbias_ref[...] = ds

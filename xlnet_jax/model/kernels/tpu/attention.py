@@ -16,9 +16,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from xlnet_jax.model.kernels import tiles
-from xlnet_jax.model.kernels.backward import backward
-from xlnet_jax.model.kernels.forward import forward
+from xlnet_jax.model.kernels.tpu import tiles
+from xlnet_jax.model.kernels.tpu.backward import backward
+from xlnet_jax.model.kernels.tpu.forward import forward
 from xlnet_jax.model.position import scores_by_key
 
 # Rows and keys per tile. Keys lie along the 128 lanes of a TPU vreg, and Mosaic rotates

@@ -5,7 +5,7 @@ Two kernels, so that every output has one writer and the result is deterministic
 atomics):
   rows: grid (query blocks, B, N), loops over key blocks: d(q + r_w), the segment-score
         gradients, and the positional gradient stored with the forward's skew into a
-        zero-initialised dBD [B, N, Qp, W] (each (row, key) owns a distinct entry);
+        zero-initialised flat dBD [B, N, Qp * W] (each (row, key) owns a distinct entry);
   keys: grid (key blocks, B, N), loops over query blocks: dk and dv.
 """
 
@@ -15,15 +15,15 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from xlnet_jax.model.kernels import masks, tiles
-from xlnet_jax.model.kernels import triton_forward as fwd
-from xlnet_jax.model.kernels import triton_tiles as tt
+from xlnet_jax.model.kernels import masks, matmul
+from xlnet_jax.model.kernels.gpu import forward as fwd
+from xlnet_jax.model.kernels.gpu import tiles as tt
 
 
 def _score_grads(spec, words, first_row, jb, s, dead, lse, do, v, delta):
     """(p [bq, bk] as dropped and rescaled, d scores before scaling) of one tile."""
     p = jnp.exp(s - lse[:, None])
-    dp = tiles.dot_t(do, v)
+    dp = matmul.dot_t(do, v)
     if spec.rate:
         keep = tt.kept(spec, words, first_row, jb)
         p_out = jnp.where(keep, p / (1 - spec.rate), 0.0)
@@ -34,12 +34,12 @@ def _score_grads(spec, words, first_row, jb, s, dead, lse, do, v, delta):
     return p_out, ds
 
 
-def _rows_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_ref, k_ref,
+def _rows_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, offsets_ref, k_ref,
                  v_ref, key_ref, bd_ref, words_ref, do_ref, lse_ref, delta_ref, _zeros_ref,
                  dqw_ref, dsame_ref, dother_ref, dbd_ref):  # fmt: skip
     bq, bk = spec.block_q, spec.block_k
     first_row = pl.program_id(0) * bq
-    qw, start, do = qw_ref[...], start_ref[...], do_ref[...]
+    qw, offsets, do = qw_ref[...], offsets_ref[...], do_ref[...]
     seg_same, seg_other = same_ref[...], other_ref[...]
     lse, delta = lse_ref[...], delta_ref[...]
     rows = tt.row_fields(row_ref, 0, bq)
@@ -49,12 +49,12 @@ def _rows_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_r
         dqw, dsame, dother = carry
         keys = pl.ds(jb * bk, bk)
         k, v = k_ref[keys, :], v_ref[keys, :]
-        pos = tt.positional(spec, bd_ref, 0, start, jb)
+        pos = tt.positional(spec, bd_ref, first_row, offsets, jb)
         s, dead, other = tt.scores(
             spec, jb, qw, k, pos, seg_same, seg_other, rows, tt.key_fields(key_ref, jb * bk, bk)
         )
         _, ds = _score_grads(spec, words, first_row, jb, s, dead, lse, do, v, delta)
-        tt.skewed_store(spec, dbd_ref, 0, start, jb, ds)
+        tt.skewed_store(spec, dbd_ref, first_row, offsets, jb, ds)
         dqw += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
         dsame += jnp.sum(jnp.where(other, 0.0, ds), axis=1)
         dother += jnp.sum(jnp.where(other, ds, 0.0), axis=1)
@@ -68,7 +68,7 @@ def _rows_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_r
     dother_ref[...] = dother
 
 
-def _keys_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_ref, k_ref,
+def _keys_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, offsets_ref, k_ref,
                  v_ref, key_ref, bd_ref, words_ref, do_ref, lse_ref, delta_ref,
                  dk_ref, dv_ref):  # fmt: skip
     bq, bk = spec.block_q, spec.block_k
@@ -81,8 +81,8 @@ def _keys_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_r
         dk, dv = carry
         first_row = ib * bq
         rows = pl.ds(first_row, bq)
-        qw, do, start = qw_ref[rows, :], do_ref[rows, :], start_ref[rows]
-        pos = tt.positional(spec, bd_ref, first_row, start, jb)
+        qw, do, offsets = qw_ref[rows, :], do_ref[rows, :], offsets_ref[rows]
+        pos = tt.positional(spec, bd_ref, first_row, offsets, jb)
         s, dead, _ = tt.scores(
             spec, jb, qw, k, pos, same_ref[rows], other_ref[rows],
             tt.row_fields(row_ref, first_row, bq), keys,
@@ -90,8 +90,8 @@ def _keys_kernel(spec: tt.GpuSpec, qw_ref, same_ref, other_ref, row_ref, start_r
         p, ds = _score_grads(
             spec, words, first_row, jb, s, dead, lse_ref[rows], do, v, delta_ref[rows]
         )
-        dv += tiles.t_dot(p.astype(do.dtype), do)
-        dk += tiles.t_dot(ds.astype(qw.dtype), qw)
+        dv += matmul.t_dot(p.astype(do.dtype), do)
+        dk += matmul.t_dot(ds.astype(qw.dtype), qw)
         return dk, dv
 
     zeros = jnp.zeros(k.shape, jnp.float32)
@@ -108,9 +108,9 @@ def _key_block(bk: int, *tail: int) -> pl.BlockSpec:
 
 
 def backward(spec: tt.GpuSpec, x: fwd.Inputs, do, lse, delta, *, interpret: bool):
-    """float32 (d qw, d seg_same, d seg_other, dk, dv) and dBD [B, N, Qp, W] in BD's dtype."""
+    """float32 (d qw, d seg_same, d seg_other, dk, dv) and the flat dBD in BD's dtype."""
     batch, heads, rows, width = x.qw.shape
-    keys, bd_width = x.k.shape[2], x.bd.shape[3]
+    keys, bd_size = x.k.shape[2], x.bd.shape[2]
     bq, bk = spec.block_q, spec.block_k
     f32 = jnp.float32
     vector = jax.ShapeDtypeStruct((batch, heads, rows), f32)
@@ -124,23 +124,23 @@ def backward(spec: tt.GpuSpec, x: fwd.Inputs, do, lse, delta, *, interpret: bool
         fwd.whole(keys, width),
         fwd.whole(keys, width),
         fwd.per_row(masks.KEY_FIELDS, keys, rows_axis=False),
-        fwd.row_block(bq, bd_width),
+        fwd.whole(bd_size),
         fwd.WORDS,
     ]
     tail = (fwd.row_block(bq, width), fwd.row_block(bq), fwd.row_block(bq))
     d_qw, d_same, d_other, d_bd = pl.pallas_call(
         functools.partial(_rows_kernel, spec),
         grid=(rows // bq, batch, heads),
-        in_specs=[*row_specs, *tail, fwd.row_block(bq, bd_width)],
+        in_specs=[*row_specs, *tail, fwd.whole(bd_size)],
         out_specs=[
             fwd.row_block(bq, width),
             fwd.row_block(bq),
             fwd.row_block(bq),
-            fwd.row_block(bq, bd_width),
+            fwd.whole(bd_size),
         ],  # fmt: skip
         out_shape=rows_out,
         input_output_aliases={13: 3},  # dBD starts as zeros: entries outside every window stay 0
-        compiler_params=fwd.compiler_params(spec),
+        compiler_params=fwd.compiler_params(spec.tiles.rows),
         cost_estimate=fwd.cost(x, 3, rows_out),
         interpret=interpret,
         name="xlnet_relative_attention_triton_bwd_rows",
@@ -156,7 +156,7 @@ def backward(spec: tt.GpuSpec, x: fwd.Inputs, do, lse, delta, *, interpret: bool
         _key_block(bk, width),
         _key_block(bk, width),
         _key_block(bk),
-        fwd.whole(rows, bd_width),
+        fwd.whole(bd_size),
         fwd.WORDS,
     ]
     tail = (fwd.whole(rows, width), fwd.whole(rows), fwd.whole(rows))
@@ -166,7 +166,7 @@ def backward(spec: tt.GpuSpec, x: fwd.Inputs, do, lse, delta, *, interpret: bool
         in_specs=[*key_specs, *tail],
         out_specs=[_key_block(bk, width)] * 2,
         out_shape=keys_out,
-        compiler_params=fwd.compiler_params(spec),
+        compiler_params=fwd.compiler_params(spec.tiles.keys),
         cost_estimate=fwd.cost(x, 4, keys_out),
         interpret=interpret,
         name="xlnet_relative_attention_triton_bwd_keys",

@@ -13,14 +13,15 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import masks, tiles
+from xlnet_jax.model.kernels import masks, matmul
+from xlnet_jax.model.kernels.tpu import tiles
 
 
 def positional_tile(spec: tiles.TileSpec, pos_ref, qr_ref, ib, jb) -> jax.Array:
     """float32 [b, b] positional scores: the shifted window, or the bias tile."""
     if spec.windowed:
         _, win = tiles.window(pos_ref, spec, ib, jb)
-        return tiles.shift_window(tiles.dot_t(qr_ref[...], win), spec)
+        return tiles.shift_window(matmul.dot_t(qr_ref[...], win), spec)
     return pos_ref[...].astype(jnp.float32)
 
 

@@ -20,10 +20,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import dropout, masks
-
-# Score of a blocked key, as the XLA path (exp of it is 0 unless the whole row is blocked).
-BLOCKED = -1e30
+from xlnet_jax.model.kernels import dropout, masks, matmul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,16 +48,6 @@ class TileSpec:
     @property
     def windowed(self) -> bool:
         return self.window_offset is not None
-
-
-def dot_t(a: jax.Array, b: jax.Array) -> jax.Array:
-    """a @ b.T in float32 ([m, h] x [n, h] -> [m, n])."""
-    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-
-
-def t_dot(a: jax.Array, b: jax.Array) -> jax.Array:
-    """a.T @ b in float32 ([m, n] x [m, h] -> [n, h])."""
-    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
 
 
 def dropout_scale(spec: TileSpec, words: jax.Array, ib, jb) -> jax.Array:
@@ -144,12 +131,12 @@ def scores(spec: TileSpec, jb, qw, pos, seg, row, k, key):
 
     other = row_field(masks.ROW_SEGMENT) != key_field(masks.KEY_SEGMENT)
     seg_term = jnp.where(other, seg[:, 1:2], seg[:, 0:1])
-    s = (dot_t(qw, k) + pos + seg_term) * spec.scale
+    s = (matmul.dot_t(qw, k) + pos + seg_term) * spec.scale
     blocked = masks.blocked(
         *(row_field(f) for f in (masks.SELF_RANK, masks.ROW_BLOCK, masks.ROW_POSITION)),
         *(key_field(f) for f in (masks.KEY_RANK, masks.KEY_BLOCK, masks.KEY_POSITION)),
     )
     column = jb * spec.block + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
     padding = column >= spec.num_keys
-    s = jnp.where(blocked, BLOCKED, s)
+    s = jnp.where(blocked, masks.BLOCKED, s)
     return jnp.where(padding, -jnp.inf, s), blocked | padding, other

@@ -1,0 +1,1 @@
+"""The Mosaic (TPU) backend of the attention kernel; interpret mode runs it on a CPU."""
