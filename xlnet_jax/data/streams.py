@@ -145,9 +145,11 @@ class StreamBatcher:
         num_streams = global_batch // 2 if bi_data else global_batch
         per_range = num_streams // self.ranges
         range_of_row = stream // per_range
+        needed = np.unique(range_of_row)
+        _check_share(len(needed), self.ranges, num_streams, process_index, process_count)
         self._start = np.empty(len(rows), dtype=np.int64)
         self._parts = []
-        for part in np.unique(range_of_row):
+        for part in needed:
             flat = load_split(self.manifest, split, int(part), self.ranges)
             n = len(flat.tokens)
             _check_size(n, per_range, reuse_len, seq_len, corpus_dir, split, part, self.ranges)
@@ -242,6 +244,25 @@ def _ranges(manifest, split: str, data_ranges: int) -> int:
             len(shards.files),
         )
     return shards.ranges(data_ranges)
+
+
+def _check_share(needed: int, ranges, num_streams, process_index, process_count) -> None:
+    """Refuses a layout in which a process reads more than its share of the ranges (so
+    stages and caches more than its share of the corpus)."""
+    share = max(1, ranges // process_count)
+    if needed <= share:
+        return
+    working = [
+        r
+        for r in range(1, num_streams + 1)
+        if num_streams % r == 0 and (r % process_count == 0 or process_count % r == 0)
+    ]
+    raise DataError(
+        f"config.data_ranges={ranges}: the rows of process {process_index} of {process_count} "
+        f"read {needed} of the {ranges} ranges, more than its share of {share}; use a "
+        f"data_ranges that divides the {num_streams} streams and is a multiple or divisor of "
+        f"the process count: {', '.join(map(str, working))}."
+    )
 
 
 def _check_size(n, per_range, reuse_len, seq_len, corpus_dir, split, part, ranges) -> None:
