@@ -34,12 +34,15 @@ SEQ_LEN, REUSE_LEN = 32, 16  # rows small enough for any range to hold one strea
 
 
 def host_bytes(cache_root: str) -> dict[str, int]:
-    """Bytes of the corpora staged under one host's cache root: "staged" (the tokenizer,
-    metadata and shards downloaded) and "cached" (the flat .npy caches)."""
-    sizes = {"staged": 0, "cached": 0}
+    """Bytes of the corpora staged under one host's cache root: "shards" (array_record files
+    downloaded), "small" (tokenizer, metadata, manifest: the same on every host) and
+    "cached" (the flat .npy caches)."""
+    sizes = {"shards": 0, "small": 0, "cached": 0}
     for directory, _, names in os.walk(os.path.join(cache_root, "corpora")):
-        kind = "cached" if os.path.basename(directory) == "cache" else "staged"
-        sizes[kind] += sum(os.path.getsize(os.path.join(directory, n)) for n in names)
+        for name in names:
+            kind = "shards" if staging.SHARD.search(name) else "small"
+            kind = "cached" if os.path.basename(directory) == "cache" else kind
+            sizes[kind] += os.path.getsize(os.path.join(directory, name))
     return sizes
 
 
@@ -84,13 +87,13 @@ def host_share_rows(corpus_dir: str, processes: list[int]) -> list[dict]:
                 with _cache_root(root):
                     read_as_host(corpus, process, count, data_ranges)
                 hosts.append(host_bytes(root))
-            most = max(hosts, key=lambda h: h["staged"] + h["cached"])
+            most = max(hosts, key=lambda h: sum(h.values()))
             rows.append(
                 {
                     "processes": count,
-                    "max_process_bytes": most["staged"] + most["cached"],
+                    "max_process_bytes": sum(most.values()),
                     "corpus_bytes": corpus_bytes,
-                    "staged_bytes": most["staged"],
+                    "staged_bytes": most["shards"] + most["small"],
                     "cached_bytes": most["cached"],
                     "data_ranges": data_ranges,
                 }
