@@ -94,13 +94,14 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
         c.next_sentence_prob,
     )
     streams = c.batch_size // 2 if c.bi_data else c.batch_size
+    ranges = c.get("data_ranges", 1)  # a config saved before the field reads the split whole
     _check(
-        c.data_ranges >= 1 and streams % c.data_ranges == 0,
+        ranges >= 1 and streams % ranges == 0,
         "data_ranges",
         f"must be >= 1 and divide the {streams} streams of a batch (batch_size"
         + (", halved with bi_data)" if c.bi_data else ")"),
-        c.data_ranges,
-        range_advice(streams, c.data_ranges),
+        ranges,
+        range_advice(streams, ranges),
     )
     _check(
         c.nonfinite_policy in ("skip", "halt"),
