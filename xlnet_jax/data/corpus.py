@@ -8,8 +8,9 @@ Ranges. With config.data_ranges = R > 1 a split's shards (the tfds dataset's arr
 files, documents in corpus order) are cut into R contiguous groups of whole shards, range k
 holding shards [k*S // R, (k+1)*S // R) of S; a process reads (and, for a corpus staged
 from object storage, downloads) only the shards of the ranges its rows need, and caches
-each range on its own. A split with fewer shards than ranges (a corpus under ~64 MiB of
-records has one) is one range, read whole as before ranges existed.
+each range on its own. A split with fewer shards than ranges (tfds writes one shard below
+128 MiB of records) is one range, read whole as before ranges existed. Shards hold equal
+numbers of documents, so ranges are equal in tokens only on average.
 
 Memory: 4 bytes per token plus 8 per sentence (about 4.3 bytes per token for ~25-token
 sentences) per split or range, e.g. ~4.3 GB for a 1B-token corpus, paged in from the

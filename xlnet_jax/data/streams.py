@@ -230,7 +230,7 @@ class StreamBatcher:
 
 def _ranges(manifest, split: str, data_ranges: int) -> int:
     """The ranges `split` is read in: data_ranges, or 1 (with a warning) for a split with
-    fewer shards than that, e.g. a corpus prepared before ranges or under ~64 MiB."""
+    fewer shards than that, e.g. one prepared before ranges or under 128 MiB (one shard)."""
     if data_ranges == 1:
         return 1
     shards = split_shards(manifest, split)
