@@ -9,9 +9,11 @@ GCS emulator (tests/gcs_emulator.py) first; a gs:// one is read where it is. Pri
 markdown table.
 
   python benchmarks/host_share.py [--corpus DIR] [--processes 1,2,4] [--shards 16]
+                                  [--repeat 12]
 
-Without --corpus, the built-in corpus (stdlib docstrings) is prepared with its splits in
---shards shards (tfds makes one shard below 128 MiB of records; tests/sharded_corpus.py).
+Without --corpus, the built-in corpus's documents (stdlib docstrings, about 0.4M tokens),
+--repeat times over, are prepared (8000 pieces) with each split in --shards shards (tfds
+makes one shard below 128 MiB of records; tests/sharded_corpus.py pins the count).
 """
 
 import argparse
@@ -114,22 +116,33 @@ def _cache_root(root: str):
             os.environ[paths.CACHE_ENV] = previous
 
 
+def _prepare_builtin(tmp: str, repeat: int, shards: int) -> str:
+    """The built-in corpus's documents `repeat` times over, prepared in `shards` shards."""
+    from tests.sharded_corpus import pinned_shards
+    from xlnet_jax.data.builtin_corpus import builtin_documents
+    from xlnet_jax.data.prepare import prepare_corpus
+
+    text = os.path.join(tmp, "builtin.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(["\n".join(doc) for doc in builtin_documents()] * repeat) + "\n")
+    corpus = os.path.join(tmp, "corpus")
+    with pinned_shards(shards):
+        prepare_corpus([text], corpus, vocab_size=8000)
+    return corpus
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", help="a prepared corpus, local or gs:// (default: built-in)")
     parser.add_argument("--processes", default="1,2,4", help="host counts, comma-separated")
     parser.add_argument("--shards", type=int, default=16, help="shards of the built-in corpus")
+    parser.add_argument("--repeat", type=int, default=1, help="copies of the built-in documents")
     args = parser.parse_args()
     processes = [int(p) for p in args.processes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         corpus = args.corpus
         if corpus is None:
-            from tests.sharded_corpus import pinned_shards
-            from xlnet_jax.data.prepare import prepare_corpus
-
-            corpus = os.path.join(tmp, "corpus")
-            with pinned_shards(args.shards):
-                prepare_corpus([], corpus, vocab_size=8000)
+            corpus = _prepare_builtin(tmp, args.repeat, args.shards)
         tokens = sum(split["tokens"] for split in load_manifest(corpus).splits.values())
         rows = host_share_rows(corpus, processes)
     print(f"Corpus: {tokens:,} tokens; data_ranges={rows[0]['data_ranges']}.\n")
