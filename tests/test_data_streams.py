@@ -1,13 +1,19 @@
 """The recurrent batch streams: continuity, layout, bi_data reversal, determinism."""
 
+import re
+import shutil
+import zlib
+
 import numpy as np
 import pytest
 from test_data_common import ring_position, ring_positions, small_corpus
 
+from tests.sharded_corpus import sharded_corpus
 from xlnet_jax.data.corpus import load_split
 from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.data.tokenizer import CLS_ID, SEP_ID, load_processor
+from xlnet_jax.errors import DataError
 
 SEQ, REUSE = 64, 16
 
@@ -180,3 +186,104 @@ def test_a_step_computed_cold_equals_the_one_reached_by_iterating():
     cold = batcher().batch(37)
     for key, value in cold.items():
         np.testing.assert_array_equal(value, reached[key])
+
+
+# --- Data ranges (config.data_ranges): each row reads one range of the split's shards ---
+
+
+def ranged(corpus: str, split="train", **overrides) -> StreamBatcher:
+    kwargs = dict(seq_len=SEQ, reuse_len=REUSE, global_batch=8, bi_data=False, seed=0)
+    return StreamBatcher(corpus, split, **{**kwargs, **overrides})
+
+
+def test_one_range_places_the_streams_as_the_layout_says():
+    """data_ranges=1 is the whole split: the seed's rotation and permutation, drawn in that
+    order from (seed, split), put row r's first reuse block at rotation + perm[r] * N/n."""
+    b = batcher(global_batch=8, seed=5)
+    tokens = flat_tokens("train")
+    rng = np.random.default_rng([5, zlib.crc32(b"train")])
+    n, stream_len = len(tokens), len(tokens) // 8
+    rotation = rng.integers(n)
+    want = (rotation + rng.permutation(8) * stream_len) % n
+    assert forward_starts(b, tokens) == want.tolist()
+
+
+def test_a_split_with_fewer_shards_than_ranges_is_read_whole(caplog):
+    """The one-shard test corpus (as every corpus prepared before ranges) reads as today."""
+    whole, asked = batcher(global_batch=8), batcher(global_batch=8, data_ranges=4)
+    assert asked.ranges == 1 and "every process reads all of it" in caplog.text
+    for t in (0, 9):
+        for key, value in whole.batch(t).items():
+            np.testing.assert_array_equal(value, asked.batch(t)[key])
+
+
+def test_ranges_partition_the_split_along_its_shards():
+    manifest = load_manifest(sharded_corpus())
+    whole = np.asarray(load_split(manifest, "train").tokens)
+    parts = [np.asarray(load_split(manifest, "train", k, 4).tokens) for k in range(4)]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+    assert all(len(part) < len(whole) / 2 for part in parts)
+
+
+@pytest.mark.parametrize("next_prob", [0.0, 0.5])
+def test_rows_read_only_their_range(next_prob):
+    """Row r's reuse blocks, A and B (the continuation, or a span from elsewhere) are all
+    text of range r // 2 (8 streams in 4 ranges), read as that range's own ring."""
+    manifest = load_manifest(sharded_corpus())
+    rings = [np.asarray(load_split(manifest, "train", k, 4).tokens) for k in range(4)]
+    b = ranged(sharded_corpus(), data_ranges=4, next_sentence_prob=next_prob)
+    for t in (0, 1, 2, 300):
+        for row, ids in enumerate(b.batch(t)["input_ids"]):
+            ring, others = rings[row // 2], [r for k, r in enumerate(rings) if k != row // 2]
+            cut = first_sep(ids)
+            reuse_and_a, b_text = ids[:cut], ids[cut + 1 : -2]
+            assert ring_positions(ring, reuse_and_a) and ring_positions(ring, b_text)
+            assert not any(ring_positions(other, reuse_and_a) for other in others)
+
+
+@pytest.mark.parametrize("bi_data", [False, True])
+def test_ranged_batches_do_not_depend_on_the_process_count(bi_data):
+    kwargs = dict(bi_data=bi_data, num_data_shards=2, data_ranges=4 if not bi_data else 2)
+    whole = ranged(sharded_corpus(), **kwargs)
+    for count in (2, 4):
+        shares = [
+            ranged(sharded_corpus(), **kwargs, process_index=i, process_count=count)
+            for i in range(count)
+        ]
+        for t in (0, 5, 700):
+            for key, value in whole.batch(t).items():
+                np.testing.assert_array_equal(
+                    value, np.concatenate([s.batch(t)[key] for s in shares])
+                )
+
+
+def test_a_process_needs_only_the_shards_of_its_ranges(tmp_path):
+    """Process 1 of 4 (range 1 of 4: shards 2 and 3) works on a copy of the corpus that
+    holds no other train shard, and gives the same rows."""
+    shutil.copytree(sharded_corpus(), tmp_path / "corpus", ignore=shutil.ignore_patterns("cache"))
+    shards = sorted((tmp_path / "corpus").glob("xlnet_corpus/*/*-train.array_record-*"))
+    for shard in shards[:2] + shards[4:]:
+        shard.unlink()
+    alone = ranged(str(tmp_path / "corpus"), data_ranges=4, process_index=1, process_count=4)
+    whole = ranged(sharded_corpus(), data_ranges=4)
+    for key, value in alone.batch(3).items():
+        np.testing.assert_array_equal(value, whole.batch(3)[key][2:4])
+    cached = sorted(p.name.split("-", 1)[1] for p in (tmp_path / "corpus" / "cache").iterdir())
+    assert cached == ["train-1of4-starts.npy", "train-1of4-tokens.npy"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (dict(data_ranges=3), "data_ranges (3) must be >= 1 and divide the 8 streams"),
+        (
+            dict(global_batch=12, data_ranges=4, process_count=3),
+            "config.data_ranges=4: the rows of process 0 of 3 read 2 of the 4 ranges, more "
+            "than its share of 1; use a data_ranges that divides the 12 streams and is a "
+            "multiple or divisor of the process count: 1, 3, 6, 12.",
+        ),
+    ],
+)
+def test_ranges_that_do_not_fit_the_layout_are_refused(overrides, words):
+    with pytest.raises(DataError, match=re.escape(words)):
+        ranged(sharded_corpus(), **overrides)

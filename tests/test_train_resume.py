@@ -3,6 +3,7 @@ uninterrupted run bit for bit, recurrence memory included."""
 
 import json
 import logging
+import pathlib
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests import train_harness as harness
+from tests.sharded_corpus import sharded_corpus
 from tests.train_config import get_config
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.config import ModelConfig
@@ -45,9 +47,28 @@ def test_profile_steps_leave_a_trace_for_tensorboard_and_perfetto(straight, tmp_
     assert not (tmp_path / "bad").exists()
 
 
-def test_sigkill_after_checkpoint_then_resume_is_bit_exact(straight, tmp_path):
+@pytest.fixture(scope="module")
+def ranged_straight(tmp_path_factory):
+    """An uninterrupted run of the 8-shard corpus read in 4 ranges (config.data_ranges)."""
+    workdir = tmp_path_factory.mktemp("ranged") / "straight"
+    harness.run(workdir, *ranged_run())
+    assert list((pathlib.Path(sharded_corpus()) / "cache").glob("*-train-3of4-tokens.npy"))
+    return workdir
+
+
+def ranged_run() -> tuple[str, ...]:
+    """The overrides of a run on the 8-shard test corpus read in 4 ranges."""
+    return ("--config.data_ranges=4", f"--config.corpus_dir={sharded_corpus()}")
+
+
+@pytest.mark.parametrize("layout", ["whole", "ranged"])
+def test_sigkill_after_checkpoint_then_resume_is_bit_exact(layout, request, tmp_path):
+    """Also with the split read in ranges: each row's range and place in it come from the
+    corpus, seed and config alone, so the resumed run reads what the killed one would."""
+    straight = request.getfixturevalue("straight" if layout == "whole" else "ranged_straight")
+    overrides = ranged_run() if layout == "ranged" else ()
     workdir = tmp_path / "killed"
-    process = harness.start(workdir, step_delay=0.5)
+    process = harness.start(workdir, *overrides, step_delay=0.5)
     harness.wait_for(lambda: harness.checkpoint_done(workdir, 6), process, workdir)
     assert harness.kill(process) == -signal.SIGKILL
     assert not harness.checkpoint_done(workdir, 12)
@@ -57,7 +78,7 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_exact(straight, tmp_path):
         harness.checkpoint_arrays(straight, 6)["mems"],
     )
 
-    harness.run(workdir)
+    harness.run(workdir, *overrides)
     want, got = harness.losses(straight), harness.losses(workdir)
     # Steps the killed run logged past its checkpoint were replaced, not appended to.
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]

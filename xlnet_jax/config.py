@@ -101,6 +101,9 @@ def default_config() -> ml_collections.ConfigDict:
 
     # --- Data ---
     c.corpus_dir = ""  # Output of `xlnet-jax prepare`; empty means WORKDIR/corpus (built-in).
+    # Contiguous ranges of each split's shards, each a ring of its own streams; a host stages
+    # and caches only its rows' ranges. A multiple of the process count (1: read whole).
+    c.data_ranges = 1
 
     # --- Optimisation (AdamW, linear warmup then linear decay) ---
     c.batch_size = 16  # Global batch (rows per step, all hosts together).

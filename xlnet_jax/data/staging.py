@@ -1,11 +1,15 @@
 """A prepared corpus on object storage: published from a local preparation, staged to read.
 
-ArrayRecord (and so tfds's data source) reads local files only, so a `gs://` corpus is
-copied to each host's disk before training. Every staged file is checked against the
-sha256 the manifest records for it; a file already staged with the right hash is not
-downloaded again, so a restarted run on the same host starts at once. Downloads retry
-transient faults (paths.retry), and a file that arrives with another sha256 (damaged or
-cut short on the way) is fetched again, up to FETCHES times, before it is reported.
+A `gs://` corpus is copied to each host's disk before training: its small files at the
+start (stage_corpus), then only the shards that the process's rows read (stage_files, from
+corpus.load_split), so a host holds its share of the corpus, not all of it. (array_record
+0.8.6 can open gs:// shards itself, through riegeli's GCS reader; staging is kept because
+every staged file is checked against the sha256 the manifest records for it, and the
+cache the streams read is built once per host anyway.) A file already staged with the
+right hash is not downloaded again, so a restarted run on the same host starts at once.
+Downloads retry transient faults (paths.retry), and a file that arrives with another
+sha256 (damaged or cut short on the way) is fetched again, up to FETCHES times, before it
+is reported.
 
 Publishing uploads the manifest last: it marks a complete corpus, so a reader never
 sees a half-uploaded one as prepared.
@@ -16,9 +20,10 @@ import dataclasses
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 from xlnet_jax import paths
@@ -36,6 +41,8 @@ log = logging.getLogger(__name__)
 
 _OWNED = (MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME)
 FETCHES = 3  # downloads of one file whose sha256 differs before it counts as changed
+ORIGIN_FILE = "staged_from"  # in a staged copy: the remote corpus it was staged from
+SHARD = re.compile(r"\.array_record-\d+-of-\d+$")  # a tfds shard file, staged on demand
 
 
 def dataset_files(corpus_dir: str) -> dict[str, dict]:
@@ -53,39 +60,64 @@ def dataset_files(corpus_dir: str) -> dict[str, dict]:
 
 
 def stage_corpus(manifest: Manifest) -> Manifest:
-    """A local, verified copy of the remote corpus `manifest` describes; its manifest."""
+    """A local, verified copy of the small files of the remote corpus `manifest` describes
+    (tokenizer, dataset metadata); its manifest. The shards (array_record files) follow on
+    demand, only those a process reads (stage_files, called by corpus.load_split)."""
     if not manifest.files:
         raise DataError(
             f"{manifest.path}/{MANIFEST_FILE} lists no file hashes (prepared by an older "
             "version), so a staged copy cannot be verified; prepare the corpus again."
         )
-    remote = paths.as_path(manifest.path)
     local = paths.local_cache("corpora", manifest_fingerprint(manifest)[:16])
+    small = [relative for relative in manifest.files if not SHARD.search(relative)]
     wanted = {
-        **manifest.files,
-        manifest.tokenizer["file"]: {"bytes": None, "sha256": manifest.tokenizer["sha256"]},
+        **{relative: manifest.files[relative]["sha256"] for relative in small},
+        manifest.tokenizer["file"]: manifest.tokenizer["sha256"],
     }
-    fetched = fetched_bytes = 0
-    for relative, expected in wanted.items():
-        target = os.path.join(local, relative)
-        if os.path.exists(target) and _sha256(target) == expected["sha256"]:
-            continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        size = _fetch(remote / relative, target, expected["sha256"])
-        fetched, fetched_bytes = fetched + 1, fetched_bytes + size
+    _stage(paths.as_path(manifest.path), local, wanted)
+    with open(os.path.join(local, ORIGIN_FILE), "w") as f:
+        f.write(manifest.path)
     staged = dataclasses.replace(manifest, path=local)
     save_manifest(staged)
+    return staged
+
+
+def stage_files(manifest: Manifest, relatives: Sequence[str]) -> None:
+    """Makes the corpus files `relatives` present and verified in `manifest.path`.
+
+    A corpus staged by stage_corpus downloads those missing from where it was staged from;
+    any other corpus holds all its files already.
+    """
+    origin = os.path.join(manifest.path, ORIGIN_FILE)
+    if not os.path.exists(origin):
+        return
+    with open(origin) as f:
+        remote = paths.as_path(f.read())
+    wanted = {relative: manifest.files[relative]["sha256"] for relative in relatives}
+    _stage(remote, manifest.path, wanted)
+
+
+def _stage(remote, local: str, wanted: dict[str, str]) -> None:
+    """Downloads each {relative path: sha256} in `wanted` from `remote` to `local`, unless
+    a copy with that sha256 is there already."""
+    fetched = fetched_bytes = 0
+    for relative, sha256 in wanted.items():
+        target = os.path.join(local, relative)
+        if os.path.exists(target) and _sha256(target) == sha256:
+            continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        size = _fetch(remote / relative, target, sha256)
+        fetched, fetched_bytes = fetched + 1, fetched_bytes + size
     log.info(
         "Corpus %s staged at %s: %d of %d files downloaded (%.1f MiB), all %d verified against "
         "the manifest's sha256.",
-        manifest.path,
+        remote,
         local,
         fetched,
         len(wanted),
         fetched_bytes / 2**20,
         len(wanted),
     )
-    return staged
 
 
 def _fetch(source, target: str, sha256: str) -> int:

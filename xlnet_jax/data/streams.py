@@ -20,6 +20,15 @@ model's memory is always the true left context; streams move, rows are never shu
 Rows are full: no padding. Randomness comes from (seed, split, step, global row), so a
 process computes its rows alone and any step cold, without iterator state.
 
+Ranges (config.data_ranges = R). Each of the split's R ranges (corpus.py: contiguous
+groups of whole shards) is a ring of its own, holding n / R of the streams: stream s lives
+in range s // (n / R). Everything above happens inside the row's range: its reuse blocks,
+A, and B, the continuation or the span from "the rest of the ring", which is the rest of
+the range's ring; the seed rotates and assigns streams within each range. Streams follow
+rows and rows follow processes in order, so with R a multiple of the process count each
+process reads R / P ranges and no other, and the batches do not depend on P. R = 1 is the
+whole split, as before ranges existed (same batches, bit for bit).
+
 bi_data. The global batch is split into num_data_shards contiguous groups; in each group
 the first half of the rows are forward streams and the second half the same streams
 reversed: read from the stream's end toward its start, so the memory is the true context
@@ -33,14 +42,37 @@ its tokens; the PLM sampler flips a backward row to forward order before it alig
 to word starts, and flips the result back.
 """
 
+import dataclasses
+import logging
 import zlib
 
 import numpy as np
 
 from xlnet_jax.data import batch_schema, tokenizer
-from xlnet_jax.data.corpus import load_split
+from xlnet_jax.data.corpus import load_split, split_shards
 from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Range:
+    """One range's ring, as far as this process's rows read it.
+
+    Attributes:
+      tokens: the range's flat tokens (n of them).
+      sentences: sorted sentence starts of the ring read forward, and read backward.
+      rows: which of this process's rows read this range.
+    """
+
+    tokens: np.ndarray
+    sentences: tuple[np.ndarray, np.ndarray]
+    rows: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
 
 
 class StreamBatcher:
@@ -48,7 +80,8 @@ class StreamBatcher:
 
     Attributes:
       manifest: the corpus manifest.
-      num_tokens: N, tokens in the split's stream.
+      num_tokens: tokens of the rings this process reads (N, the split's, for one range).
+      ranges: how many ranges the split is read in (1, or data_ranges; see corpus.py).
       local_batch: rows this process produces (global_batch / process_count).
     """
 
@@ -64,6 +97,7 @@ class StreamBatcher:
         seed: int,
         next_sentence_prob: float = 0.5,
         num_data_shards: int = 1,
+        data_ranges: int = 1,
         process_index: int = 0,
         process_count: int = 1,
     ):
@@ -79,6 +113,8 @@ class StreamBatcher:
           seed: places the streams and draws the A/B cuts.
           next_sentence_prob: probability that B is the true continuation of A.
           num_data_shards: contiguous row groups that each hold forward + backward halves.
+          data_ranges: contiguous ranges of the split's shards, each a ring of its own
+            streams (see the module doc); the streams must divide by it.
           process_index, process_count: this process gets rows
             [process_index * b, (process_index + 1) * b), b = global_batch / process_count.
         """
@@ -89,43 +125,50 @@ class StreamBatcher:
             bi_data,
             next_sentence_prob,
             num_data_shards,
+            data_ranges,
             process_index,
             process_count,
         )
         self.manifest = load_manifest(corpus_dir)
-        flat = load_split(self.manifest, split)
-        self._tokens = flat.tokens
         word_start, functional = tokenizer.piece_tables(
             tokenizer.load_processor(self.manifest.tokenizer_path), self.manifest.word_starts
         )
         self._word_start, self._functional = word_start, functional
-        self.num_tokens = n = len(flat.tokens)
-        num_streams = global_batch // 2 if bi_data else global_batch
-        need = max(num_streams * reuse_len, 2 * seq_len)
-        if n < need:
-            raise DataError(
-                f"The {split!r} split of {corpus_dir} has {n:,} tokens, too few for one step: "
-                f"{num_streams} streams of at least reuse_len={reuse_len} tokens and rows of "
-                f"seq_len={seq_len} need {need:,}. Use a smaller batch_size, reuse_len or "
-                f"seq_len, add text, or (for validation) prepare with a larger "
-                "validation_fraction."
-            )
         self._seq_len, self._reuse_len = seq_len, reuse_len
         self._global_batch, self._next_prob = global_batch, next_sentence_prob
         self._salt = [seed, zlib.crc32(split.encode())]
         self.local_batch = global_batch // process_count
+        self.ranges = _ranges(self.manifest, split, data_ranges)
 
         rows = np.arange(process_index * self.local_batch, (process_index + 1) * self.local_batch)
         stream, self._backward = _row_streams(rows, global_batch, bi_data, num_data_shards)
-        rng = np.random.default_rng(self._salt)
-        stream_len = n // num_streams
-        start = (rng.integers(n) + rng.permutation(num_streams)[stream] * stream_len) % n
-        # Backward rows read the reversed ring (position q there is N - 1 - q here), from
-        # the stream's last token on.
-        self._start = np.where(self._backward, (n - start - stream_len) % n, start)
+        num_streams = global_batch // 2 if bi_data else global_batch
+        per_range = num_streams // self.ranges
+        range_of_row = stream // per_range
+        needed = np.unique(range_of_row)
+        _check_share(len(needed), self.ranges, num_streams, process_index, process_count)
+        self._start = np.empty(len(rows), dtype=np.int64)
+        self._parts = []
+        for part in needed:
+            flat = load_split(self.manifest, split, int(part), self.ranges)
+            n = len(flat.tokens)
+            _check_size(n, per_range, reuse_len, seq_len, corpus_dir, split, part, self.ranges)
+            # One range keeps the seeding from before ranges, so its batches are unchanged.
+            salt = self._salt if self.ranges == 1 else [*self._salt, self.ranges, int(part)]
+            rng = np.random.default_rng(salt)
+            stream_len = n // per_range
+            mine = range_of_row == part
+            rotation = rng.integers(n)
+            place = rng.permutation(per_range)[stream[mine] - part * per_range]
+            start = (rotation + place * stream_len) % n
+            # Backward rows read the reversed ring (position q there is n - 1 - q here),
+            # from the stream's last token on.
+            backward = self._backward[mine]
+            self._start[mine] = np.where(backward, (n - start - stream_len) % n, start)
+            starts = np.asarray(flat.sentence_starts)
+            self._parts.append(_Range(flat.tokens, (starts, np.sort((n - starts) % n)), mine))
+        self.num_tokens = sum(part.n for part in self._parts)
         self._rows = rows
-        starts = np.asarray(flat.sentence_starts)
-        self._sentences = (starts, np.sort((n - starts) % n))  # forward, backward
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's rows of step `step`'s batch.
@@ -136,16 +179,38 @@ class StreamBatcher:
           module doc); is_functional: bool [b, L] (<sep>, <cls>, <pad>); is_backward: bool
           [b]. b = local_batch, L = seq_len.
         """
-        n, length, reuse = self.num_tokens, self._seq_len, self._reuse_len
-        room = length - reuse - 3  # tokens for A and B together
         u = np.random.default_rng([*self._salt, step]).random((3, self._global_batch))
-        u_cut, u_next, u_other = u[:, self._rows]
-        p = (self._start + step * reuse) % n  # reuse block start, in the row's direction
+        u = u[:, self._rows]
+        ids = np.empty((self.local_batch, self._seq_len), dtype=np.int32)
+        cut = np.empty((self.local_batch, 1), dtype=np.int64)
+        for part in self._parts:
+            rows = part.rows
+            ids[rows], cut[rows] = self._read(part, step, self._start[rows], u[:, rows])
+        ids[:, -2] = tokenizer.SEP_ID
+        ids[:, -1] = tokenizer.CLS_ID
+        seg = (np.arange(self._seq_len) > cut).astype(np.int32)
+        seg[:, -1] = 2
+        return batch_schema.pack(
+            input_ids=ids,
+            seg_ids=seg,
+            is_word_start=self._word_start[ids],
+            is_functional=self._functional[ids],
+            is_backward=self._backward.copy(),
+        )
+
+    def _read(self, part: _Range, step: int, start: np.ndarray, u: np.ndarray):
+        """Token ids [rows, L] (before the closing <sep> <cls>) and the first <sep>'s
+        position [rows, 1] of `part`'s rows at `step`; u holds their uniform draws."""
+        n, length, reuse = part.n, self._seq_len, self._reuse_len
+        room = length - reuse - 3  # tokens for A and B together
+        u_cut, u_next, u_other = u
+        backward = self._backward[part.rows]
+        p = (start + step * reuse) % n  # reuse block start, in the row's direction
         a = p + reuse
         a_end = np.empty_like(a)
         b_begin = np.empty_like(a)
-        for backward, starts in zip((False, True), self._sentences, strict=True):
-            rows = self._backward == backward
+        for direction, starts in zip((False, True), part.sentences, strict=True):
+            rows = backward == direction
             a_end[rows], b_begin[rows] = _cut_a_and_b(
                 starts,
                 n,
@@ -158,20 +223,63 @@ class StreamBatcher:
         j = np.arange(length)
         cut = (a_end - p)[:, None]  # position of the first <sep>
         q = np.where(j < cut, p[:, None] + j, b_begin[:, None] + (j - cut - 1)) % n
-        q = np.where(self._backward[:, None], n - 1 - q, q)
-        ids = np.asarray(self._tokens[q], dtype=np.int32)
-        ids = np.where(j == cut, tokenizer.SEP_ID, ids)
-        ids[:, -2] = tokenizer.SEP_ID
-        ids[:, -1] = tokenizer.CLS_ID
-        seg = (j > cut).astype(np.int32)
-        seg[:, -1] = 2
-        return batch_schema.pack(
-            input_ids=ids,
-            seg_ids=seg,
-            is_word_start=self._word_start[ids],
-            is_functional=self._functional[ids],
-            is_backward=self._backward.copy(),
+        q = np.where(backward[:, None], n - 1 - q, q)
+        ids = np.asarray(part.tokens[q], dtype=np.int32)
+        return np.where(j == cut, tokenizer.SEP_ID, ids), cut
+
+
+def _ranges(manifest, split: str, data_ranges: int) -> int:
+    """The ranges `split` is read in: data_ranges, or 1 (with a warning) for a split with
+    fewer shards than that, e.g. one prepared before ranges or under 128 MiB (one shard)."""
+    if data_ranges == 1:
+        return 1
+    shards = split_shards(manifest, split)
+    if shards.ranges(data_ranges) == 1:
+        log.warning(
+            "config.data_ranges=%d: the %r split of %s has %d shard(s), fewer than the "
+            "ranges, so every process reads all of it.",
+            data_ranges,
+            split,
+            manifest.path,
+            len(shards.files),
         )
+    return shards.ranges(data_ranges)
+
+
+def _check_share(needed: int, ranges, num_streams, process_index, process_count) -> None:
+    """Refuses a layout in which a process reads more than its share of the ranges (so
+    stages and caches more than its share of the corpus)."""
+    share = max(1, ranges // process_count)
+    if needed <= share:
+        return
+    working = [
+        r
+        for r in range(1, num_streams + 1)
+        if num_streams % r == 0 and (r % process_count == 0 or process_count % r == 0)
+    ]
+    raise DataError(
+        f"config.data_ranges={ranges}: the rows of process {process_index} of {process_count} "
+        f"read {needed} of the {ranges} ranges, more than its share of {share}; use a "
+        f"data_ranges that divides the {num_streams} streams and is a multiple or divisor of "
+        f"the process count: {', '.join(map(str, working))}."
+    )
+
+
+def _check_size(n, per_range, reuse_len, seq_len, corpus_dir, split, part, ranges) -> None:
+    """Refuses a ring too small for its streams, naming what to change."""
+    need = max(per_range * reuse_len, 2 * seq_len)
+    if n >= need:
+        return
+    where = f"The {split!r} split of {corpus_dir}"
+    if ranges > 1:
+        where = f"Range {part} of {ranges} (config.data_ranges) of the {split!r} split of "
+        where += corpus_dir
+    raise DataError(
+        f"{where} has {n:,} tokens, too few for one step: {per_range} streams of at least "
+        f"reuse_len={reuse_len} tokens and rows of seq_len={seq_len} need {need:,}. Use a "
+        "smaller batch_size, reuse_len, seq_len or data_ranges, add text, or (for "
+        "validation) prepare with a larger validation_fraction."
+    )
 
 
 def _check_shape(
@@ -181,6 +289,7 @@ def _check_shape(
     bi_data,
     next_sentence_prob,
     num_data_shards,
+    data_ranges,
     process_index,
     process_count,
 ) -> None:
@@ -197,6 +306,12 @@ def _check_shape(
         problems.append(f"batch_size ({global_batch}) must divide by the {process_count} processes")
     if not 0 <= process_index < process_count:
         problems.append(f"process_index {process_index} is not in [0, {process_count})")
+    num_streams = global_batch // 2 if bi_data else global_batch
+    if data_ranges < 1 or num_streams % data_ranges:
+        problems.append(
+            f"data_ranges ({data_ranges}) must be >= 1 and divide the {num_streams} streams "
+            "of a batch (batch_size, halved with bi_data)"
+        )
     if not 0 <= next_sentence_prob <= 1:
         problems.append(f"next_sentence_prob must be in [0, 1], got {next_sentence_prob}")
     if problems:

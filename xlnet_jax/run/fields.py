@@ -49,6 +49,7 @@ KINDS = {
     "max_span": INT,
     "next_sentence_prob": NUMBER,
     "corpus_dir": STR,
+    "data_ranges": INT,
     "batch_size": INT,
     "grad_accum_steps": INT,
     "num_train_steps": INT,

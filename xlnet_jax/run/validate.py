@@ -16,7 +16,7 @@ from xlnet_jax.errors import ConfigError, MeshError
 from xlnet_jax.model.xlnet import validate_model_config
 from xlnet_jax.objective.plm import PLMConfig, validate_plm_config
 from xlnet_jax.run.fields import field_problem, nonfinite_problem
-from xlnet_jax.run.working_values import batch_advice, plm_advice
+from xlnet_jax.run.working_values import batch_advice, plm_advice, range_advice
 
 NUM_SPECIAL_IDS = len(SPECIAL_IDS)
 
@@ -92,6 +92,16 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
         "next_sentence_prob",
         "must be in [0, 1]",
         c.next_sentence_prob,
+    )
+    streams = c.batch_size // 2 if c.bi_data else c.batch_size
+    ranges = c.get("data_ranges", 1)  # a config saved before the field reads the split whole
+    _check(
+        ranges >= 1 and streams % ranges == 0,
+        "data_ranges",
+        f"must be >= 1 and divide the {streams} streams of a batch (batch_size"
+        + (", halved with bi_data)" if c.bi_data else ")"),
+        ranges,
+        range_advice(streams, ranges),
     )
     _check(
         c.nonfinite_policy in ("skip", "halt"),

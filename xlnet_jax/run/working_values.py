@@ -91,3 +91,9 @@ def batch_advice(ok: Callable[[int], bool], batch_size: int) -> str:
     """'; batch_size=... would work' for a batch that does not split over the mesh, or ''."""
     values = nearest(ok, batch_size, 1, 4 * batch_size)
     return f"; batch_size={' or '.join(map(str, values))} would work" if values else ""
+
+
+def range_advice(streams: int, data_ranges: int) -> str:
+    """'; data_ranges=... would work' for ranges that do not divide the batch's streams."""
+    values = nearest(lambda r: streams % r == 0, data_ranges, 1, max(streams, 1))
+    return f"; data_ranges={' or '.join(map(str, values))} would work" if values else ""

@@ -145,6 +145,7 @@ class Program:
             seed=config.seed,
             next_sentence_prob=config.next_sentence_prob,
             num_data_shards=sharding.num_data_shards(self.mesh),
+            data_ranges=config.get("data_ranges", 1),  # 1 in configs saved before the field
             process_index=jax.process_index(),
             process_count=jax.process_count(),
         )
