@@ -42,7 +42,7 @@ def test_manifest_records_tokenizer_inputs_and_splits():
     assert m.normalization["lowercase"] is False
     assert m.stats["tokens_per_second"] > 0
     with open(os.path.join(small_corpus(), "manifest.json")) as f:
-        assert json.load(f)["format_version"] == m.format_version == 1
+        assert json.load(f)["format_version"] == m.format_version == 2
 
 
 def test_splits_hold_whole_tokenized_documents_in_corpus_order():
