@@ -59,6 +59,8 @@ _CHUNK_SENTENCES = 2000
 # with a few accented names stays quiet).
 _LOSS_HINT = 0.01
 _LOSS_FLOOR = 0.001
+NO_TEXT = "Every input is empty; pass files that hold text."
+BEAM_EXTRA = 'Preparing with Apache Beam needs the beam extra: pip install "xlnet-jax[beam]".'
 
 
 def prepare_corpus(
@@ -107,11 +109,7 @@ def prepare_corpus(
     start = time.perf_counter()
     if not 0 <= validation_fraction < 1:
         raise DataError(f"validation_fraction must be in [0, 1), got {validation_fraction}.")
-    beam = None
-    if beam_options is not None:
-        from xlnet_jax.data import beam_prepare  # needs apache_beam: only on request
-
-        beam = beam_prepare.require_beam()
+    beam = None if beam_options is None else _beam()
     model_bytes = _read_model(spm_model) if spm_model else None
     inputs_ = sources.resolve_inputs(
         inputs, tfds_name, tfds_text_feature, tfds_split, tfds_data_dir
@@ -148,10 +146,11 @@ def prepare_corpus(
             )
             splits = {name: buf.counts() for name, buf in buffers.items()}
         else:
-            splits, letters = beam.write_corpus(
+            splits, letters, tally = beam.write_corpus(
                 inputs_, out_dir, tmp, norm, model_path, validation_fraction, seed, beam_options
             )
             check_inputs(inputs_, letters)
+            document_keys.split_rule(validation_fraction, tally)  # one document: its error
         tokenize_seconds = time.perf_counter() - tokenize_start
         sp = tokenizer.load_processor(model_path)
         manifest = Manifest(
@@ -187,6 +186,17 @@ def prepare_corpus(
         file=sys.stderr,
     )
     return manifest
+
+
+def _beam():
+    """The Beam pipeline module, or a DataError naming the extra that brings Beam."""
+    try:
+        from xlnet_jax.data import beam_prepare
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == "apache_beam":
+            raise DataError(BEAM_EXTRA) from None
+        raise
+    return beam_prepare
 
 
 def _write_model(
@@ -272,7 +282,7 @@ def check_inputs(inputs: list[sources.Input], letters: list[int]) -> None:
             logging.warning("Input %s %s; skipped.", source.record["path"], what)
             source.record["skipped"] = "no text" if blank else "empty"
     if not any(source.record["documents"] for source in inputs):
-        raise DataError("Every input is empty; pass files that hold text.")
+        raise DataError(NO_TEXT)
     chars, letters_, lost = letters
     if lost > _LOSS_HINT * letters_ and lost > _LOSS_FLOOR * chars:
         print(
