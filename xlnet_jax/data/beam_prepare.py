@@ -44,9 +44,8 @@ def tokenizer_sample(
     """The sentences that train the tokenizer, in key order (see document_keys)."""
     cap = tokenizer.TRAIN_SENTENCES
     with beam.Pipeline(options=_options(options)) as pipeline:
-        sentences = (
-            _read(pipeline, inputs, norm)[_DOCS]
-            | "Sentences" >> beam.FlatMap(lambda d: ((d[0], i, s) for i, s in enumerate(d[1])))
+        sentences = _read(pipeline, inputs, norm)[_DOCS] | "Sentences" >> beam.FlatMap(
+            lambda d: ((d[0], i, s) for i, s in enumerate(d[1]))
         )
         total = sentences | "Count" >> beam.combiners.Count.Globally()
         _ = (
@@ -98,8 +97,7 @@ def write_corpus(
         parts = (
             drawn
             | "Tokenize" >> beam.ParDo(_Tokenize(model))
-            | "Split"
-            >> beam.Partition(_split_of, len(names), rule=beam.pvalue.AsSingleton(rule))
+            | "Split" >> beam.Partition(_split_of, len(names), rule=beam.pvalue.AsSingleton(rule))
         )
         _write_json(read[_RECORDS], tmp, "records")
         _write_json(tally | "TallyFields" >> beam.Map(_tally_fields), tmp, "tally")

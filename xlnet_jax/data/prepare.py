@@ -27,6 +27,7 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -186,6 +187,22 @@ def prepare_corpus(
         file=sys.stderr,
     )
     return manifest
+
+
+def pipeline_options(
+    runner: str | None, options: str | None, num_workers: int | None
+) -> list[str] | None:
+    """prepare's Beam flags as pipeline options; None (no Beam) when neither is given.
+
+    The DirectRunner runs num_workers (default: the cores) worker processes.
+    """
+    if runner is None and options is None:
+        return None
+    args = ([f"--runner={runner}"] if runner else []) + shlex.split(options or "")
+    if runner == "DirectRunner":
+        workers = num_workers or _cores()
+        args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+    return args
 
 
 def _beam():
