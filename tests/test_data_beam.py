@@ -84,6 +84,7 @@ def test_beam_flags_become_pipeline_options():
         "--runner=DirectRunner",
         "--direct_num_workers=2",
         "--direct_running_mode=multi_processing",
+        "--default_sdk_harness_log_level=WARNING",
     ]
     dataflow = "--project=p --region=europe-west4 --temp_location=gs://b/tmp"
     assert pipeline_options("DataflowRunner", dataflow, 2) == [
@@ -93,3 +94,21 @@ def test_beam_flags_become_pipeline_options():
         "--temp_location=gs://b/tmp",
     ]
     assert pipeline_options(None, "--runner=FlinkRunner", None) == ["--runner=FlinkRunner"]
+
+
+def test_beam_reads_a_local_tfds_text_dataset_as_the_one_process_path_does():
+    from test_data_prepare import TinyTextDocs
+
+    data_dir = scratch("tfds")
+    TinyTextDocs(data_dir=data_dir, file_format="array_record").download_and_prepare()
+    common = dict(
+        spm_model=load_manifest(small_corpus()).tokenizer_path,
+        tfds_name="tiny_text_docs",
+        tfds_text_feature="body",
+        tfds_data_dir=data_dir,
+        validation_fraction=0.2,
+    )
+    one = prepare_corpus([], scratch("one"), num_workers=1, **common)
+    beam = prepare_corpus([], scratch("beam"), beam_options=IN_PROCESS, **common)
+    assert beam.inputs == one.inputs and beam.inputs[0]["documents"] == 6
+    assert manifest_fingerprint(beam) == manifest_fingerprint(one)

@@ -212,3 +212,15 @@ def test_a_corpus_prepared_before_format_2_still_loads():
     assert [t.tolist() for t, _ in tfds_builder.read_documents(old, "validation")] == [
         t.tolist() for t, _ in tfds_builder.read_documents(small_corpus(), "validation")
     ]
+
+
+def test_full_width_punctuation_folds_to_ascii_on_every_path():
+    """Issue 32, friction 9: NFKD folds ，（）！ to , ( ) !; with keep_accents the
+    tokenizer's own NFKC (nmt_nfkc) folds them the same, so no prepare option keeps them."""
+    text = "你好，世界（一）！"
+    assert normalize(text, uncased=False) == "你好,世界(一)!"
+    kept = normalize(text, uncased=False, keep_accents=True)
+    assert kept == text
+    sp = load_processor(load_manifest(small_corpus()).tokenizer_path)
+    assert sp.encode(kept, out_type=str)[-5:] == sp.encode("你好,世界(一)!", out_type=str)[-5:]
+    assert "，" not in "".join(sp.encode(kept, out_type=str))

@@ -202,6 +202,7 @@ def pipeline_options(
     if runner == "DirectRunner":
         workers = num_workers or _cores()
         args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+        args.append("--default_sdk_harness_log_level=WARNING")  # workers log every bundle
     return args
 
 
