@@ -63,3 +63,23 @@ def test_benchmark_prints_a_table(script: str, env: dict):
         losses = [float(line.split(": ")[-1]) for line in result.stdout.splitlines()
                   if line.startswith("loss after") and "HF" not in line]  # fmt: skip
         assert len(losses) == 2 and abs(losses[0] - losses[1]) <= 1.0001e-4, result.stdout
+
+
+def test_corpus_scale_prints_its_table(env: dict):
+    """benchmarks/corpus_scale.py --smoke: both preparation paths on one copy of the built-in
+    corpus, the host-share rows (or "pending") and the projection."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "corpus_scale.py"), "--smoke"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert [line.split(" | ")[0] for line in table[2:4]] == [
+        "| prepare, Beam, DirectRunner, 1 worker",
+        "| prepare, one process, 1 worker",
+    ]
+    assert sum("local bytes per process" in line for line in table) == 3
+    assert sum(line.startswith("| projection: ") for line in table) == 2
