@@ -117,7 +117,13 @@ def write_corpus(
     builder = _BeamCorpus(build=build, data_dir=out_dir, file_format="array_record")
     config = tfds.download.DownloadConfig(beam_options=_options(options))
     tfds_builder.prepare_builder(builder, out_dir, config)
-    (fields,) = _read_lines(os.path.join(tmp, "tally"))
+    found = _read_lines(os.path.join(tmp, "tally"))
+    if len(found) != 1:
+        raise DataError(
+            f"The pipeline's workers wrote nothing this process can read in {tmp}: a runner "
+            "on other machines needs the output directory on a filesystem they share."
+        )
+    (fields,) = found
     tally = document_keys.SplitTally(*_tuples(*fields))
     letters = [0, 0, 0]
     for position, record, counts in _read_lines(os.path.join(tmp, "records")):
