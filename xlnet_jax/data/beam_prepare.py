@@ -36,6 +36,7 @@ from xlnet_jax.data import document_keys, prepare, sources, tfds_builder, tokeni
 from xlnet_jax.errors import DataError
 
 _DOCS, _RECORDS = "docs", "records"
+_EMPTY = "empty"  # documents that encode to no token: counted, not written
 
 
 def tokenizer_sample(
@@ -97,21 +98,23 @@ def write_corpus(
         parts = (
             drawn
             | "Tokenize" >> beam.ParDo(_Tokenize(model))
-            | "Split" >> beam.Partition(_split_of, len(names), rule=beam.pvalue.AsSingleton(rule))
+            | "Split"
+            >> beam.Partition(_split_of, len(names) + 1, rule=beam.pvalue.AsSingleton(rule))
         )
         _write_json(read[_RECORDS], tmp, "records")
         _write_json(tally | "TallyFields" >> beam.Map(_tally_fields), tmp, "tally")
         examples = {}
-        for name, part in zip(names, parts, strict=True):
+        for name, part in zip([*names, _EMPTY], parts, strict=True):
             counts = (
                 part
                 | f"Count{name}" >> beam.Map(lambda d: (1, len(d[3]), len(d[2]) + 1))
                 | f"Sum{name}" >> beam.CombineGlobally(_SumFn())
             )
             _write_json(counts | f"Label{name}" >> beam.Map(lambda c, n=name: (n, c)), tmp, name)
-            examples[name] = part | f"Examples{name}" >> beam.Map(
-                lambda d: (d[0], {"tokens": d[2], "sentence_lengths": d[3]})
-            )
+            if name != _EMPTY:
+                examples[name] = part | f"Examples{name}" >> beam.Map(
+                    lambda d: (d[0], {"tokens": d[2], "sentence_lengths": d[3]})
+                )
         return examples
 
     builder = _BeamCorpus(build=build, data_dir=out_dir, file_format="array_record")
@@ -129,11 +132,19 @@ def write_corpus(
     for position, record, counts in _read_lines(os.path.join(tmp, "records")):
         inputs[position].record.update(record)
         letters = [a + b for a, b in zip(letters, counts, strict=True)]
-    splits = {}
-    for name in names:
+    splits, accounted = {}, 0
+    for name in [*names, _EMPTY]:
         for _, (docs, sentences, tokens) in _read_lines(os.path.join(tmp, name)):
-            if docs:
+            accounted += docs
+            if docs and name != _EMPTY:
                 splits[name] = {"documents": docs, "sentences": sentences, "tokens": tokens}
+    read = sum(source.record["documents"] for source in inputs)
+    if not read == tally.count == accounted:
+        raise DataError(
+            f"The Beam runner lost documents: {read:,} read, {tally.count:,} split, "
+            f"{accounted:,} tokenized. The corpus in {out_dir} is incomplete; prepare again "
+            "(another runner or worker count, or without Beam)."
+        )
     return splits, letters, tally
 
 
@@ -180,8 +191,9 @@ class _ReadInput(beam.DoFn):
 
 
 class _Tokenize(beam.DoFn):
-    """(key, draw, lines) -> (key, draw, tokens, sentence lengths); drops a document that
-    encodes to nothing, as the one-process path does."""
+    """(key, draw, lines) -> (key, draw, tokens, sentence lengths). A document that encodes
+    to nothing goes to the _EMPTY part: counted, not written (the one-process path drops
+    it too)."""
 
     def __init__(self, model: bytes):
         self._model = model
@@ -192,8 +204,7 @@ class _Tokenize(beam.DoFn):
     def process(self, element):
         key, draw, lines = element
         ((tokens, lengths),) = tokenizer.encode_with(self._sp, [lines])
-        if len(tokens):
-            yield key, draw, tokens, lengths
+        yield key, draw, tokens, lengths
 
 
 class _TallyFn(beam.CombineFn):
@@ -241,9 +252,11 @@ def _rule_or_none(tally: document_keys.SplitTally, fraction: float):
     return document_keys.split_rule(fraction, tally)
 
 
-def _split_of(doc: tuple, num_splits: int, rule) -> int:
-    """0 train, 1 validation."""
-    return int(num_splits > 1 and rule is not None and rule.held_out(doc[1], doc[0]))
+def _split_of(doc: tuple, num_parts: int, rule) -> int:
+    """0 train, 1 validation (if any), the last part: documents without tokens."""
+    if not len(doc[2]):
+        return num_parts - 1
+    return int(num_parts > 2 and rule is not None and rule.held_out(doc[1], doc[0]))
 
 
 def _tally_fields(tally: document_keys.SplitTally) -> list:
