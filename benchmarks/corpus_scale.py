@@ -31,7 +31,7 @@ import time
 
 from xlnet_jax.data import builtin_corpus, tokenizer
 from xlnet_jax.data.normalize import normalize
-from xlnet_jax.data.prepare import pipeline_options, prepare_corpus
+from xlnet_jax.data.prepare import manifest_fingerprint, pipeline_options, prepare_corpus
 
 PAPER_TOKENS = 32.9e9  # XLNet-Large's pretraining corpus, SentencePiece tokens
 PAPER_HOSTS = 64  # a v4-512 slice: 256 chips, 4 per host
@@ -60,11 +60,11 @@ def make_corpus(directory: str, tokens: int, files: int, vocab_size: int) -> tup
     return paths, model
 
 
-def timed_prepare(paths: list, model: str, out: str, **engine) -> tuple[int, float]:
-    """(tokens, seconds) of one preparation with the given model."""
+def timed_prepare(paths: list, model: str, out: str, **engine) -> tuple[int, float, str]:
+    """(tokens, seconds, manifest fingerprint) of one preparation with the given model."""
     start = time.perf_counter()
     m = prepare_corpus(paths, out, spm_model=model, validation_fraction=0.02, **engine)
-    return m.stats["tokens"], time.perf_counter() - start
+    return m.stats["tokens"], time.perf_counter() - start, manifest_fingerprint(m)
 
 
 def host_rows(corpus: str) -> list[dict] | None:
@@ -98,7 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="corpus-scale-") as tmp:
         paths, model = make_corpus(tmp, args.tokens, args.files, args.vocab_size)
         text_bytes = sum(os.path.getsize(p) for p in paths)
-        rates = {}
+        rates, fingerprints = {}, set()
         runs = [("one process", 1), ("Beam", 1)]
         runs += [] if args.smoke else [("one process", 2), ("Beam", 2)]
         for path_name, workers in sorted(runs):
@@ -107,7 +107,8 @@ def main() -> None:
                 engine = {"beam_options": pipeline_options("DirectRunner", None, workers)}
             else:
                 engine = {"num_workers": workers}
-            tokens, seconds = timed_prepare(paths, model, out, **engine)
+            tokens, seconds, fingerprint = timed_prepare(paths, model, out, **engine)
+            fingerprints.add(fingerprint)
             rates[path_name, workers] = tokens / seconds
             rows.append(
                 f"| prepare, {path_name}{', DirectRunner' if path_name == 'Beam' else ''}, "
@@ -116,6 +117,8 @@ def main() -> None:
                 f"{tokens / seconds:,.0f} tokens/s |"
             )
             corpus = out
+        if len(fingerprints) != 1:  # every engine must write the same corpus
+            sys.exit(f"The runs wrote {len(fingerprints)} different corpora: {rows}")
         per_token = dataset_bytes(corpus) / tokens
         share = host_rows(corpus)
         for p in PROCESSES:

@@ -94,6 +94,7 @@ def test_beam_flags_become_pipeline_options():
         "--temp_location=gs://b/tmp",
     ]
     assert pipeline_options(None, "--runner=FlinkRunner", None) == ["--runner=FlinkRunner"]
+    assert pipeline_options("DirectRunner", None, 1) == ["--runner=DirectRunner"]
 
 
 def test_beam_reads_a_local_tfds_text_dataset_as_the_one_process_path_does():
