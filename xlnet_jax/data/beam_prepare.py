@@ -32,7 +32,7 @@ import tensorflow_datasets as tfds
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from xlnet_jax.data import document_keys, prepare, sources, tfds_builder, tokenizer
+from xlnet_jax.data import document_keys, reading, sources, tfds_builder, tokenizer
 from xlnet_jax.errors import DataError
 
 _DOCS, _RECORDS = "docs", "records"
@@ -57,7 +57,7 @@ def tokenizer_sample(
         )
     sample = sorted(_read_lines(os.path.join(tmp, "sample")))
     if not sample:
-        raise DataError(prepare.NO_TEXT)
+        raise DataError(reading.NO_TEXT)
     return (sentence for _, _, sentence in sample)
 
 
@@ -178,7 +178,7 @@ def _read(pipeline, inputs: list[sources.Input], norm: dict):
 
 
 class _ReadInput(beam.DoFn):
-    """Reads and normalises one input (prepare.normalized_documents)."""
+    """Reads and normalises one input (reading.normalized_documents)."""
 
     def __init__(self, norm: dict):
         self._norm = norm
@@ -186,7 +186,7 @@ class _ReadInput(beam.DoFn):
     def process(self, element):
         position, source = element
         letters = [0, 0, 0]
-        yield from prepare.normalized_documents(source, position, self._norm, letters)
+        yield from reading.normalized_documents(source, position, self._norm, letters)
         yield beam.pvalue.TaggedOutput(_RECORDS, (position, source.record, letters))
 
 

@@ -24,7 +24,6 @@ num_workers > 1 needs the usual `if __name__ == "__main__":` guard.
 
 import dataclasses
 import hashlib
-import logging
 import multiprocessing
 import os
 import shlex
@@ -36,7 +35,15 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from xlnet_jax.data import document_keys, sources, staging, tfds_builder, tokenizer, word_starts
+from xlnet_jax.data import (
+    document_keys,
+    reading,
+    sources,
+    staging,
+    tfds_builder,
+    tokenizer,
+    word_starts,
+)
 from xlnet_jax.data.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -46,7 +53,7 @@ from xlnet_jax.data.manifest import (
     manifest_fingerprint,
     save_manifest,
 )
-from xlnet_jax.data.normalize import normalization_options, normalize_document
+from xlnet_jax.data.normalize import normalization_options
 from xlnet_jax.data.prepare_progress import Progress
 from xlnet_jax.errors import DataError
 
@@ -55,12 +62,6 @@ __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"
 _OWNED = {MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME, "cache"}
 _TEMP_PREFIX = ".prepare-"
 _CHUNK_SENTENCES = 2000
-# prepare says so when the default normalisation drops more than this share of the corpus's
-# non-ASCII letters, and they are more than _LOSS_FLOOR of its characters (an English text
-# with a few accented names stays quiet).
-_LOSS_HINT = 0.01
-_LOSS_FLOOR = 0.001
-NO_TEXT = "Every input is empty; pass files that hold text."
 BEAM_EXTRA = 'Preparing with Apache Beam needs the beam extra: pip install "xlnet-jax[beam]".'
 
 
@@ -123,7 +124,7 @@ def prepare_corpus(
         if beam is None:
             text_path = os.path.join(tmp, "normalized.txt")
             docs = _normalize_inputs(inputs_, text_path, norm, validation_fraction, seed)
-            check_inputs(inputs_, docs.letters)
+            reading.check_inputs(inputs_, docs.letters)
             rule = document_keys.split_rule(validation_fraction, docs.tally)
 
             def sample() -> Iterator[str]:
@@ -150,7 +151,7 @@ def prepare_corpus(
             splits, letters, tally = beam.write_corpus(
                 inputs_, out_dir, tmp, norm, model_path, validation_fraction, seed, beam_options
             )
-            check_inputs(inputs_, letters)
+            reading.check_inputs(inputs_, letters)
             document_keys.split_rule(validation_fraction, tally)  # one document: its error
         tokenize_seconds = time.perf_counter() - tokenize_start
         sp = tokenizer.load_processor(model_path)
@@ -272,47 +273,6 @@ def _claim(out_dir: str) -> None:
             os.remove(path)
 
 
-def normalized_documents(
-    source: sources.Input, position: int, norm: dict, letters: list[int]
-) -> Iterator[tuple[int, list[str]]]:
-    """(key, normalised lines) of each document of the input at `position` that keeps any
-    text; fills its record's documents and sentences, adds to letters (see
-    normalize_document)."""
-    docs = sentences = 0
-    for index, raw in enumerate(source.documents()):
-        lines, counts = normalize_document(raw, **norm)
-        letters[:] = [a + b for a, b in zip(letters, counts, strict=True)]
-        if lines:
-            docs += 1
-            sentences += len(lines)
-            yield document_keys.document_key(position, index), lines
-    source.record.update(documents=docs, sentences=sentences)
-
-
-def check_inputs(inputs: list[sources.Input], letters: list[int]) -> None:
-    """After reading: warns of inputs without text, refuses a corpus of them, and says so
-    in one line when the default normalisation dropped more than _LOSS_HINT of the
-    corpus's non-ASCII letters (accents: é -> e, が -> か)."""
-    for source in inputs:
-        if not source.record["documents"]:
-            # A glob over a real directory meets empty and blank files: skip them, but keep
-            # the record (the corpus is the same without them).
-            blank = bool(source.record["bytes"])
-            what = "holds only blank lines" if blank else "is empty"
-            logging.warning("Input %s %s; skipped.", source.record["path"], what)
-            source.record["skipped"] = "no text" if blank else "empty"
-    if not any(source.record["documents"] for source in inputs):
-        raise DataError(NO_TEXT)
-    chars, letters_, lost = letters
-    if lost > _LOSS_HINT * letters_ and lost > _LOSS_FLOOR * chars:
-        print(
-            f"The default normalisation dropped the accents of {lost / letters_:.1%} of this "
-            f"corpus's non-ASCII letters ({lost:,} of {letters_:,}, e.g. é -> e); prepare with "
-            "--keep_accents to keep them.",
-            file=sys.stderr,
-        )
-
-
 @dataclasses.dataclass
 class _Documents:
     """Pass 1's account of the documents, in corpus order: keys, split draws, tally."""
@@ -332,7 +292,7 @@ def _normalize_inputs(
     docs, threshold = _Documents(), document_keys.threshold(fraction)
     with open(text_path, "w", encoding="utf-8") as out:
         for position, source in enumerate(inputs):
-            for key, lines in normalized_documents(source, position, norm, docs.letters):
+            for key, lines in reading.normalized_documents(source, position, norm, docs.letters):
                 out.write("\n".join(lines) + "\n\n")
                 draw = document_keys.split_hash(seed, key)
                 docs.keys.append(key)
