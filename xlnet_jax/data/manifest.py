@@ -46,7 +46,8 @@ class Manifest:
         cleaned (control characters), and files with nothing or only blanks skipped.
       splits: per split {"documents", "sentences", "tokens"}; tokens count the stream,
         i.e. including one <eod> per document.
-      validation_fraction: share of documents held out (whole documents).
+      validation_fraction: the chance of each document to be held out (whole documents;
+        document_keys.split_rule).
       seed: seed of the held-out choice (document_keys.split_hash).
       dataset: {"name", "version"} of the tfds dataset in the directory.
       stats: timings of the preparation (not fingerprinted).

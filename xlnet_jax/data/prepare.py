@@ -16,7 +16,7 @@ The output directory holds: manifest.json, spm.model, xlnet_corpus/1.0.0/ (the t
 dataset) and, once streams have read it, cache/. Preparing into a directory that already holds a
 corpus replaces it; a directory holding anything else is refused.
 
-Memory: one chunk of documents per worker, and 16 bytes per document; disk: the normalised
+Memory: one chunk of documents per worker, and about 100 bytes per document; disk: the normalised
 text (about the size of the input) while preparing. Tokenizer workers are spawned processes
 (safe in a process that runs jax threads); a script that calls prepare_corpus with
 num_workers > 1 needs the usual `if __name__ == "__main__":` guard.
