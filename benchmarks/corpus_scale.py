@@ -17,8 +17,8 @@ as such, with its formula.
 
   python benchmarks/corpus_scale.py [--tokens 50000000] [--smoke]
 
---smoke: the built-in corpus once (about 0.5M tokens) and the 1-worker rows (e = 1 in the
-projection), for the smoke test. Timings depend on the load of this machine: the load
+--smoke: one copy of the built-in corpus's first 60 documents and the 1-worker rows (e = 1
+in the projection), for the smoke test. Timings depend on the load of this machine: the load
 average is printed above the table.
 """
 
@@ -38,9 +38,12 @@ PAPER_HOSTS = 64  # a v4-512 slice: 256 chips, 4 per host
 PROCESSES = [1, 2, 4]
 
 
-def make_corpus(directory: str, tokens: int, files: int, vocab_size: int) -> tuple[list, str]:
-    """The text files of a corpus of >= `tokens` tokens, and the tokenizer for it."""
-    docs = list(builtin_corpus.builtin_documents())
+def make_corpus(
+    directory: str, tokens: int, files: int, vocab_size: int, docs: int | None = None
+) -> tuple[list, str]:
+    """The text files of a corpus of >= `tokens` tokens from the first `docs` documents of
+    the built-in corpus (default: all), and the tokenizer for it."""
+    docs = list(builtin_corpus.builtin_documents())[:docs]
     model = os.path.join(directory, "spm.model")
     sentences = [normalize(s, uncased=False) for doc in docs for s in doc]
     tokenizer.train_tokenizer((s for s in sentences if s), model, vocab_size)
@@ -90,13 +93,14 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=16, help="input files the text is cut in")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--smoke", action="store_true", help="one copy, 1-worker rows only")
+    parser.add_argument("--docs", type=int, help="use only the built-in corpus's first DOCS")
     args = parser.parse_args()
     if args.smoke:
-        args.tokens, args.files, args.vocab_size = 1, 4, 2000
+        args.tokens, args.files, args.vocab_size, args.docs = 1, 4, 500, 60
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="corpus-scale-") as tmp:
-        paths, model = make_corpus(tmp, args.tokens, args.files, args.vocab_size)
+        paths, model = make_corpus(tmp, args.tokens, args.files, args.vocab_size, args.docs)
         text_bytes = sum(os.path.getsize(p) for p in paths)
         rates, fingerprints = {}, set()
         runs = [("one process", 1), ("Beam", 1)]
