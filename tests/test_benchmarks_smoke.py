@@ -75,3 +75,23 @@ def test_benchmark_prints_a_table(script: str, env: dict):
         assert written["measured"] is False and len(written["checks"]) == 1, written
         assert all(check["ok"] for check in written["checks"]), written["checks"]
         assert {row["framework"] for row in written["rows"]} >= {"ours", "kernel"}, written
+
+
+def test_corpus_scale_prints_its_table(env: dict):
+    """benchmarks/corpus_scale.py --smoke: both preparation paths on one copy of the built-in
+    corpus, the host-share rows (or "pending") and the projection."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "corpus_scale.py"), "--smoke"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert [line.split(" | ")[0] for line in table[2:4]] == [
+        "| prepare, Beam, DirectRunner, 1 worker",
+        "| prepare, one process, 1 worker",
+    ]
+    assert sum("local bytes per process" in line for line in table) == 3
+    assert sum(line.startswith("| projection: ") for line in table) == 2

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from test_data_common import english_text, scratch, small_corpus, write_documents
 
-from xlnet_jax.data import tfds_builder
+from xlnet_jax.data import document_keys, tfds_builder
 from xlnet_jax.data.normalize import normalize
 from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint, prepare_corpus
 from xlnet_jax.data.tokenizer import SPECIAL_PIECES, load_processor
@@ -42,7 +42,7 @@ def test_manifest_records_tokenizer_inputs_and_splits():
     assert m.normalization["lowercase"] is False
     assert m.stats["tokens_per_second"] > 0
     with open(os.path.join(small_corpus(), "manifest.json")) as f:
-        assert json.load(f)["format_version"] == m.format_version == 1
+        assert json.load(f)["format_version"] == m.format_version == 2
 
 
 def test_splits_hold_whole_tokenized_documents_in_corpus_order():
@@ -170,3 +170,57 @@ def test_a_local_tfds_text_dataset_is_an_input():
     assert record["path"] == "tfds:tiny_text_docs/train[body]"
     assert (record["documents"], record["sentences"]) == (6, 12)
     assert m.splits["validation"]["documents"] == 1
+
+
+def test_a_documents_split_is_its_own_not_a_draw_over_the_corpus():
+    """Adding an input after the first leaves every document of the first in its split, in
+    its order: the choice hashes (seed, input position, document index)."""
+    model = load_manifest(small_corpus()).tokenizer_path
+    extra = write_documents(
+        os.path.join(scratch("more"), "more.txt"), [[f"Extra document {i}."] for i in range(40)]
+    )
+    common = dict(spm_model=model, validation_fraction=0.1, num_workers=1)
+    alone = prepare_corpus([english_text()], scratch("alone"), **common)
+    both = prepare_corpus([english_text(), extra], scratch("both"), **common)
+    for split in ("train", "validation"):
+        first = [t.tolist() for t, _ in tfds_builder.read_documents(alone.path, split)]
+        found = [t.tolist() for t, _ in tfds_builder.read_documents(both.path, split)]
+        assert found[: len(first)] == first, split
+        assert len(found) > len(first), split
+
+
+def test_the_tokenizer_sample_is_bounded_and_uniform():
+    total, cap = 20_000, 2_000
+    picked = [
+        s for s in range(total) if document_keys.in_tokenizer_sample(s // 10, s % 10, total, cap)
+    ]
+    assert abs(len(picked) - cap) < 5 * cap**0.5  # binomial(total, cap / total)
+    assert abs(np.mean(picked) - total / 2) < 0.05 * total
+
+
+def test_a_corpus_prepared_before_format_2_still_loads():
+    old = scratch("format-1")
+    shutil.copytree(small_corpus(), old, dirs_exist_ok=True)
+    with open(os.path.join(old, "manifest.json")) as f:
+        fields = json.load(f)
+    fields["format_version"] = 1
+    with open(os.path.join(old, "manifest.json"), "w") as f:
+        json.dump(fields, f)
+    m = load_manifest(old)
+    assert m.format_version == 1
+    assert manifest_fingerprint(m) != manifest_fingerprint(load_manifest(small_corpus()))
+    assert [t.tolist() for t, _ in tfds_builder.read_documents(old, "validation")] == [
+        t.tolist() for t, _ in tfds_builder.read_documents(small_corpus(), "validation")
+    ]
+
+
+def test_full_width_punctuation_folds_to_ascii_on_every_path():
+    """Issue 32, friction 9: NFKD folds ，（）！ to , ( ) !; with keep_accents the
+    tokenizer's own NFKC (nmt_nfkc) folds them the same, so no prepare option keeps them."""
+    text = "你好，世界（一）！"
+    assert normalize(text, uncased=False) == "你好,世界(一)!"
+    kept = normalize(text, uncased=False, keep_accents=True)
+    assert kept == text
+    sp = load_processor(load_manifest(small_corpus()).tokenizer_path)
+    assert sp.encode(kept, out_type=str)[-5:] == sp.encode("你好,世界(一)!", out_type=str)[-5:]
+    assert "，" not in "".join(sp.encode(kept, out_type=str))

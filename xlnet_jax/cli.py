@@ -275,13 +275,31 @@ def _define_prepare(fv: flags.FlagValues) -> None:
     )
     flags.DEFINE_float("validation_fraction", 0.02, "Share of documents held out.", flag_values=fv)
     flags.DEFINE_integer(
-        "num_workers", None, "Tokenizer processes (default: all cores).", flag_values=fv
+        "num_workers",
+        None,
+        "Tokenizer processes, or the DirectRunner's worker processes with --beam_runner "
+        "DirectRunner (default: all cores).",
+        flag_values=fv,
     )
     flags.DEFINE_integer("seed", 0, "Seed of the train/validation split.", flag_values=fv)
+    flags.DEFINE_string(
+        "beam_runner",
+        None,
+        "Prepare with an Apache Beam pipeline on this runner: DirectRunner (local worker "
+        "processes), DataflowRunner, FlinkRunner, SparkRunner... Needs the beam extra.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "beam_options",
+        None,
+        'More Beam pipeline options, one string, e.g. "--project=P --region=R '
+        '--temp_location=gs://B/tmp" (alone: Beam with the runner these options name).',
+        flag_values=fv,
+    )
 
 
 def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
-    from xlnet_jax.data.prepare import prepare_corpus
+    from xlnet_jax.data.prepare import pipeline_options, prepare_corpus
     from xlnet_jax.data.staging import local_output
 
     with local_output(_require(fv, "out")) as out:  # gs://: prepared locally, then uploaded
@@ -299,6 +317,7 @@ def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
             validation_fraction=fv.validation_fraction,
             num_workers=fv.num_workers,
             seed=fv.seed,
+            beam_options=pipeline_options(fv.beam_runner, fv.beam_options, fv.num_workers),
         )
     return 0
 

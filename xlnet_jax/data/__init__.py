@@ -5,7 +5,10 @@ Text flows one way, one module per step:
                      builtin_corpus.py (the stdlib's docstrings)
   normalize.py       the original XLNet text normalisation
   tokenizer.py       SentencePiece with XLNet's special ids; training, checks, encoding
+  document_keys.py   each document's key, split and tokenizer sample: hashes, no global draw
+  reading.py         reading and normalising the inputs, the first pass of both engines
   prepare.py         prepare_corpus(): the three passes, writing a corpus directory
+  beam_prepare.py    the same passes as an Apache Beam pipeline (the beam extra)
   tfds_builder.py    the corpus as a tfds array_record dataset (no tensorflow)
   manifest.py        manifest.json, load_manifest(), manifest_fingerprint()
   corpus.py          a split as flat token / sentence-start arrays, cached as .npy

@@ -16,7 +16,12 @@ from xlnet_jax import paths
 from xlnet_jax.data import word_starts
 from xlnet_jax.errors import DataError
 
-FORMAT_VERSION = 1
+# 2: the validation choice, document order and tokenizer sample are functions of each
+# document (data/document_keys.py), the same on one process and on Apache Beam. A corpus of
+# format 1 (a seeded draw over the document count) has the same layout and is read as is;
+# its fingerprint is unchanged.
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_FILE = "spm.model"
 
@@ -27,7 +32,8 @@ class Manifest:
 
     Attributes:
       path: the corpus directory (not stored in the file).
-      format_version: layout of the corpus directory; readers refuse another one.
+      format_version: how the corpus was made (FORMAT_VERSION); readers refuse one not in
+        READABLE_FORMATS.
       vocab_size: pieces in the tokenizer; config.vocab_size must equal it.
       special_ids: piece -> id of <unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>.
       tokenizer: {"file", "sha256", "trained"}: the .model in the corpus directory.
@@ -40,8 +46,9 @@ class Manifest:
         cleaned (control characters), and files with nothing or only blanks skipped.
       splits: per split {"documents", "sentences", "tokens"}; tokens count the stream,
         i.e. including one <eod> per document.
-      validation_fraction: share of documents held out (whole documents).
-      seed: seed of the held-out choice.
+      validation_fraction: the chance of each document to be held out (whole documents;
+        document_keys.split_rule).
+      seed: seed of the held-out choice (document_keys.split_hash).
       dataset: {"name", "version"} of the tfds dataset in the directory.
       stats: timings of the preparation (not fingerprinted).
       files: relative path -> {"bytes", "sha256"} of every file of the tfds dataset, so a
@@ -101,10 +108,10 @@ def load_manifest(corpus_dir: str) -> Manifest:
         ) from None
     except (OSError, json.JSONDecodeError) as e:
         raise DataError(f"{target} is unreadable ({e}); prepare the corpus again.") from None
-    if fields.get("format_version") != FORMAT_VERSION:
+    if fields.get("format_version") not in READABLE_FORMATS:
         raise DataError(
             f"{corpus_dir} has corpus format {fields.get('format_version')}, this version reads "
-            f"{FORMAT_VERSION}; prepare the corpus again."
+            f"{', '.join(map(str, READABLE_FORMATS))}; prepare the corpus again."
         )
     rule = fields.get("word_starts", word_starts.MARKER)
     if rule not in word_starts.RULES:

@@ -58,6 +58,24 @@ def normalize(text: str, *, uncased: bool, keep_accents: bool = False) -> str:
     return text
 
 
+def normalize_document(
+    raw: list[str], *, uncased: bool, keep_accents: bool = False
+) -> tuple[list[str], list[int]]:
+    """A document's non-empty normalised lines, and [characters, non-ASCII letters, of them
+    lost] for prepare's accent hint (the letters are only counted when accents go)."""
+    lines, counts = [], [0, 0, 0]
+    for text in raw:
+        counts[0] += len(text)
+        line = normalize(text, uncased=uncased, keep_accents=keep_accents)
+        if line and not keep_accents and not text.isascii():
+            letters, lost = lost_letters(text, line)
+            counts[1] += letters
+            counts[2] += lost
+        if line:
+            lines.append(line)
+    return lines, counts
+
+
 def lost_letters(raw: str, normalized: str) -> tuple[int, int]:
     """(non-ASCII letters of `raw`, how many of them `normalized` no longer holds).
 

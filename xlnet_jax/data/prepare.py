@@ -1,35 +1,49 @@
 """`xlnet-jax prepare`: raw text -> normalised text -> SentencePiece -> tokenized tfds corpus.
 
 Three passes over the data, each with a progress line on stderr:
-  1. read the inputs, normalise every sentence, write them to a temporary text file
-     (SentencePiece trains on it; nothing is held in memory);
-  2. train the tokenizer (or check a given one), then tokenize the documents in worker
-     processes, each document going whole to the train or the validation split;
+  1. read the inputs, normalise every sentence, write them to a temporary text file;
+  2. train the tokenizer on a bounded sample of those sentences (or check a given one),
+     then tokenize the documents in worker processes, each document going whole to the
+     train or the validation split;
   3. write the tfds dataset (array_record) and manifest.json, the mark of a complete corpus.
+
+Where each document goes, the corpus's document order and the tokenizer's sample are pure
+functions of each document's identity (document_keys), so the Apache Beam pipeline
+(beam_prepare, `beam_options`) that runs the same passes on many workers writes the same
+corpus: the same token streams and the same manifest fingerprint.
 
 The output directory holds: manifest.json, spm.model, xlnet_corpus/1.0.0/ (the tfds
 dataset) and, once streams have read it, cache/. Preparing into a directory that already holds a
 corpus replaces it; a directory holding anything else is refused.
 
-Memory: one chunk of documents per worker; disk: the normalised text (about the size of
-the input) while preparing. Tokenizer workers are spawned processes (safe in a process
-that runs jax threads); a script that calls prepare_corpus with num_workers > 1 needs the
-usual `if __name__ == "__main__":` guard.
+Memory: one chunk of documents per worker, and about 100 bytes per document; disk: the normalised
+text (about the size of the input) while preparing. Tokenizer workers are spawned processes
+(safe in a process that runs jax threads); a script that calls prepare_corpus with
+num_workers > 1 needs the usual `if __name__ == "__main__":` guard.
 """
 
+import dataclasses
 import hashlib
-import logging
 import multiprocessing
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from xlnet_jax.data import sources, staging, tfds_builder, tokenizer, word_starts
+from xlnet_jax.data import (
+    document_keys,
+    reading,
+    sources,
+    staging,
+    tfds_builder,
+    tokenizer,
+    word_starts,
+)
 from xlnet_jax.data.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -39,7 +53,7 @@ from xlnet_jax.data.manifest import (
     manifest_fingerprint,
     save_manifest,
 )
-from xlnet_jax.data.normalize import lost_letters, normalization_options, normalize
+from xlnet_jax.data.normalize import normalization_options
 from xlnet_jax.data.prepare_progress import Progress
 from xlnet_jax.errors import DataError
 
@@ -48,11 +62,7 @@ __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"
 _OWNED = {MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME, "cache"}
 _TEMP_PREFIX = ".prepare-"
 _CHUNK_SENTENCES = 2000
-# prepare says so when the default normalisation drops more than this share of the corpus's
-# non-ASCII letters, and they are more than _LOSS_FLOOR of its characters (an English text
-# with a few accented names stays quiet).
-_LOSS_HINT = 0.01
-_LOSS_FLOOR = 0.001
+BEAM_EXTRA = 'Preparing with Apache Beam needs the beam extra: pip install "xlnet-jax[beam]".'
 
 
 def prepare_corpus(
@@ -70,6 +80,7 @@ def prepare_corpus(
     validation_fraction: float = 0.02,
     num_workers: int | None = None,
     seed: int = 0,
+    beam_options: list[str] | None = None,
 ) -> Manifest:
     """Prepares a corpus directory for StreamBatcher.
 
@@ -86,8 +97,13 @@ def prepare_corpus(
       tfds_split: its split to read.
       tfds_data_dir: its data dir (default: TFDS_DATA_DIR or ~/tensorflow_datasets).
       validation_fraction: share of documents held out as the validation split, in [0, 1).
-      num_workers: tokenizer processes (default: the cores this process may use).
+      num_workers: tokenizer processes (default: the cores this process may use); unused
+        with beam_options (the runner's options say how many workers).
       seed: seed of the held-out document choice.
+      beam_options: run every pass in an Apache Beam pipeline with these pipeline options
+        (e.g. ["--runner=DirectRunner", "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing"]; [] is Beam's default runner). Needs
+        the beam extra. None: this process and its tokenizer workers.
 
     Returns:
       The manifest written to out_dir/manifest.json.
@@ -95,28 +111,49 @@ def prepare_corpus(
     start = time.perf_counter()
     if not 0 <= validation_fraction < 1:
         raise DataError(f"validation_fraction must be in [0, 1), got {validation_fraction}.")
+    beam = None if beam_options is None else _beam()
     model_bytes = _read_model(spm_model) if spm_model else None
     inputs_ = sources.resolve_inputs(
         inputs, tfds_name, tfds_text_feature, tfds_split, tfds_data_dir
     )
+    norm = {"uncased": uncased, "keep_accents": keep_accents}
     _claim(out_dir)
     tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=out_dir)
     try:
-        text_path = os.path.join(tmp, "normalized.txt")
-        num_docs = _normalize_inputs(inputs_, text_path, uncased, keep_accents)
         model_path = os.path.join(out_dir, TOKENIZER_FILE)
-        if model_bytes is None:
-            print(f"Training SentencePiece (unigram, {vocab_size} pieces)...", file=sys.stderr)
-            tokenizer.train_tokenizer(text_path, model_path, vocab_size)
+        if beam is None:
+            text_path = os.path.join(tmp, "normalized.txt")
+            docs = _normalize_inputs(inputs_, text_path, norm, validation_fraction, seed)
+            reading.check_inputs(inputs_, docs.letters)
+            rule = document_keys.split_rule(validation_fraction, docs.tally)
+
+            def sample() -> Iterator[str]:
+                return _sample_sentences(text_path, docs.keys, docs.sentences)
+
         else:
-            with open(model_path, "wb") as f:
-                f.write(model_bytes)
+
+            def sample() -> Iterator[str]:
+                return beam.tokenizer_sample(inputs_, norm, tmp, beam_options)
+
+        _write_model(model_path, model_bytes, vocab_size, sample)
         tokenize_start = time.perf_counter()
-        held_out = _held_out(num_docs, validation_fraction, seed)
-        buffers = _tokenize(text_path, model_path, held_out, tmp, num_workers or _cores())
-        buffers = {name: buf for name, buf in buffers.items() if buf.num_docs}
+        if beam is None:
+            held_out = np.array(
+                [rule.held_out(d, k) for d, k in zip(docs.draws, docs.keys, strict=True)], bool
+            )
+            buffers = _tokenize(text_path, model_path, held_out, tmp, num_workers or _cores())
+            buffers = {name: buf for name, buf in buffers.items() if buf.num_docs}
+            tfds_builder.write_dataset(
+                out_dir, {name: buf.documents for name, buf in buffers.items()}
+            )
+            splits = {name: buf.counts() for name, buf in buffers.items()}
+        else:
+            splits, letters, tally = beam.write_corpus(
+                inputs_, out_dir, tmp, norm, model_path, validation_fraction, seed, beam_options
+            )
+            reading.check_inputs(inputs_, letters)
+            document_keys.split_rule(validation_fraction, tally)  # one document: its error
         tokenize_seconds = time.perf_counter() - tokenize_start
-        tfds_builder.write_dataset(out_dir, {name: buf.documents for name, buf in buffers.items()})
         sp = tokenizer.load_processor(model_path)
         manifest = Manifest(
             path=out_dir,
@@ -130,11 +167,11 @@ def prepare_corpus(
             },
             normalization=normalization_options(uncased, keep_accents),
             inputs=[i.record for i in inputs_],
-            splits={name: buf.counts() for name, buf in buffers.items()},
+            splits=splits,
             validation_fraction=validation_fraction,
             seed=seed,
             dataset={"name": tfds_builder.NAME, "version": tfds_builder.VERSION},
-            stats=_stats(buffers, time.perf_counter() - start, tokenize_seconds),
+            stats=_stats(splits, time.perf_counter() - start, tokenize_seconds),
             files=staging.dataset_files(out_dir),
             word_starts=word_starts.rule_for(
                 [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
@@ -153,9 +190,54 @@ def prepare_corpus(
     return manifest
 
 
-def _stats(buffers: dict, seconds: float, tokenize_seconds: float) -> dict:
+def pipeline_options(
+    runner: str | None, options: str | None, num_workers: int | None
+) -> list[str] | None:
+    """prepare's Beam flags as pipeline options; None (no Beam) when neither is given.
+
+    The DirectRunner runs num_workers (default: the cores) worker processes; one worker
+    runs in this process (Beam 2.77's one-worker multi_processing mode lost documents
+    of a 50M-token corpus here, which write_corpus's accounting now refuses).
+    """
+    if runner is None and options is None:
+        return None
+    args = ([f"--runner={runner}"] if runner else []) + shlex.split(options or "")
+    workers = num_workers or _cores()
+    if runner == "DirectRunner" and workers > 1:
+        args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+        args.append("--default_sdk_harness_log_level=WARNING")  # workers log every bundle
+    return args
+
+
+def _beam():
+    """The Beam pipeline module, or a DataError naming the extra that brings Beam."""
+    try:
+        from xlnet_jax.data import beam_prepare
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == "apache_beam":
+            raise DataError(BEAM_EXTRA) from None
+        raise
+    return beam_prepare
+
+
+def _write_model(
+    model_path: str,
+    model_bytes: bytes | None,
+    vocab_size: int,
+    sample: Callable[[], Iterable[str]],
+) -> None:
+    """The given model, or one trained on the tokenizer sample, to model_path."""
+    if model_bytes is None:
+        print(f"Training SentencePiece (unigram, {vocab_size} pieces)...", file=sys.stderr)
+        tokenizer.train_tokenizer(sample(), model_path, vocab_size)
+    else:
+        with open(model_path, "wb") as f:
+            f.write(model_bytes)
+
+
+def _stats(splits: dict, seconds: float, tokenize_seconds: float) -> dict:
     """Timings for the manifest and the closing line (tokens include the <eod>s)."""
-    tokens = sum(buf.counts()["tokens"] for buf in buffers.values())
+    tokens = sum(split["tokens"] for split in splits.values())
     return {
         "tokens": tokens,
         "seconds": round(seconds, 3),
@@ -191,69 +273,44 @@ def _claim(out_dir: str) -> None:
             os.remove(path)
 
 
+@dataclasses.dataclass
+class _Documents:
+    """Pass 1's account of the documents, in corpus order: keys, split draws, tally."""
+
+    keys: list[int] = dataclasses.field(default_factory=list)
+    draws: list[int] = dataclasses.field(default_factory=list)
+    tally: document_keys.SplitTally = document_keys.SplitTally()
+    sentences: int = 0
+    letters: list[int] = dataclasses.field(default_factory=lambda: [0, 0, 0])
+
+
 def _normalize_inputs(
-    inputs: list[sources.Input], text_path: str, uncased: bool, keep_accents: bool
-) -> int:
-    """Pass 1: normalised sentences to text_path, documents separated by a blank line.
-
-    Says so in one line when the default normalisation drops more than _LOSS_HINT of the
-    corpus's non-ASCII letters (accents: é -> e, が -> か).
-    """
+    inputs: list[sources.Input], text_path: str, norm: dict, fraction: float, seed: int
+) -> _Documents:
+    """Pass 1: normalised sentences to text_path, documents separated by a blank line."""
     progress = Progress("Reading and normalising", 0, "docs")
-    num_docs = chars = letters = lost = 0
+    docs, threshold = _Documents(), document_keys.threshold(fraction)
     with open(text_path, "w", encoding="utf-8") as out:
-        for source in inputs:
-            docs = sentences = 0
-            for doc in source.documents():
-                lines = []
-                for raw in doc:
-                    chars += len(raw)
-                    line = normalize(raw, uncased=uncased, keep_accents=keep_accents)
-                    if line and not keep_accents and not raw.isascii():
-                        counts = lost_letters(raw, line)
-                        letters, lost = letters + counts[0], lost + counts[1]
-                    if line:
-                        lines.append(line)
-                if lines:
-                    out.write("\n".join(lines) + "\n\n")
-                    docs += 1
-                    sentences += len(lines)
-                    progress.update(1)
-            source.record.update(documents=docs, sentences=sentences)
-            if not docs:
-                # A glob over a real directory meets empty and blank files: skip them, but keep
-                # the record (the corpus is the same without them).
-                blank = bool(source.record["bytes"])
-                what = "holds only blank lines" if blank else "is empty"
-                logging.warning("Input %s %s; skipped.", source.record["path"], what)
-                source.record["skipped"] = "no text" if blank else "empty"
-            num_docs += docs
+        for position, source in enumerate(inputs):
+            for key, lines in reading.normalized_documents(source, position, norm, docs.letters):
+                out.write("\n".join(lines) + "\n\n")
+                draw = document_keys.split_hash(seed, key)
+                docs.keys.append(key)
+                docs.draws.append(draw)
+                docs.tally = docs.tally.add(draw, key, threshold)
+                docs.sentences += len(lines)
+                progress.update(1)
     progress.close()
-    if not num_docs:
-        raise DataError("Every input is empty; pass files that hold text.")
-    if lost > _LOSS_HINT * letters and lost > _LOSS_FLOOR * chars:
-        print(
-            f"The default normalisation dropped the accents of {lost / letters:.1%} of this "
-            f"corpus's non-ASCII letters ({lost:,} of {letters:,}, e.g. é -> e); prepare with "
-            "--keep_accents to keep them.",
-            file=sys.stderr,
-        )
-    return num_docs
+    return docs
 
 
-def _held_out(num_docs: int, fraction: float, seed: int) -> np.ndarray:
-    """bool [num_docs]: which documents form the validation split."""
-    held = np.zeros(num_docs, dtype=bool)
-    if fraction == 0:
-        return held
-    if num_docs < 2:
-        raise DataError(
-            "The corpus has a single document, which cannot be split into train and "
-            "validation; add documents (a blank line ends one) or pass validation_fraction=0."
-        )
-    count = min(num_docs - 1, max(1, round(fraction * num_docs)))
-    held[np.random.default_rng(seed).choice(num_docs, count, replace=False)] = True
-    return held
+def _sample_sentences(text_path: str, keys: list[int], total: int) -> Iterator[str]:
+    """The tokenizer's sample (document_keys.in_tokenizer_sample) from pass 1's text."""
+    cap = tokenizer.TRAIN_SENTENCES
+    for key, doc in zip(keys, _read_documents(text_path), strict=True):
+        for i, line in enumerate(doc):
+            if total <= cap or document_keys.in_tokenizer_sample(key, i, total, cap):
+                yield line
 
 
 class _SplitBuffer:
@@ -296,21 +353,28 @@ class _SplitBuffer:
         progress.close()
 
 
-def _read_chunks(text_path: str) -> Iterator[list[list[str]]]:
-    """Documents from the normalised text, grouped into chunks of ~2000 sentences."""
-    chunk, doc, size = [], [], 0
+def _read_documents(text_path: str) -> Iterator[list[str]]:
+    """The documents of pass 1's text, as lists of lines."""
+    doc = []
     with open(text_path, encoding="utf-8") as f:
         for line in f:
             line = line.rstrip("\n")
             if line:
                 doc.append(line)
-                continue
-            chunk.append(doc)
-            size += len(doc)
-            doc = []
-            if size >= _CHUNK_SENTENCES:
-                yield chunk
-                chunk, size = [], 0
+            else:
+                yield doc
+                doc = []
+
+
+def _read_chunks(text_path: str) -> Iterator[list[list[str]]]:
+    """Documents from the normalised text, grouped into chunks of ~2000 sentences."""
+    chunk, size = [], 0
+    for doc in _read_documents(text_path):
+        chunk.append(doc)
+        size += len(doc)
+        if size >= _CHUNK_SENTENCES:
+            yield chunk
+            chunk, size = [], 0
     if chunk:
         yield chunk
 

@@ -181,9 +181,16 @@ class TfdsText(Input):
     def __init__(self, name: str, feature: str, split: str, data_dir: str | None):
         super().__init__(f"tfds:{name}/{split}[{feature}]")
         self.feature = feature
-        self.source = _open_tfds(name, feature, split, data_dir)
+        self._where = (name, feature, split, data_dir)
+        self.source = _open_tfds(*self._where)
+
+    def __getstate__(self) -> dict:
+        """Pickled (for a Beam worker) without its open data source; reopened there."""
+        return {**self.__dict__, "source": None}
 
     def documents(self) -> Iterator[list[str]]:
+        if self.source is None:
+            self.source = _open_tfds(*self._where)
         sha, size, bad, control = hashlib.sha256(), 0, 0, 0
         for start in range(0, len(self.source), 256):
             keys = list(range(start, min(start + 256, len(self.source))))

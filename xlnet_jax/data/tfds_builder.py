@@ -63,11 +63,17 @@ class XlnetCorpus(tfds.core.GeneratorBasedBuilder):
 
 def write_dataset(out_dir: str, splits: dict[str, Callable[[], Iterator[Document]]]) -> str:
     """Writes the splits under out_dir/xlnet_corpus/1.0.0; returns that directory."""
-    tfds.disable_progress_bar()  # prepare draws its own
     builder = XlnetCorpus(splits=splits, data_dir=out_dir, file_format="array_record")
+    return prepare_builder(builder, out_dir)
+
+
+def prepare_builder(builder: XlnetCorpus, out_dir: str, download_config=None) -> str:
+    """Runs the builder (a Beam pipeline if its split generators take one, with
+    download_config's beam_options); returns its data directory."""
+    tfds.disable_progress_bar()  # prepare draws its own
     # tfds prints "Downloading and preparing..." to stdout; nothing is downloaded.
     with tempfile.TemporaryDirectory(dir=out_dir) as downloads, contextlib.redirect_stdout(None):
-        builder.download_and_prepare(download_dir=downloads)
+        builder.download_and_prepare(download_dir=downloads, download_config=download_config)
     return builder.data_dir
 
 

@@ -14,6 +14,7 @@ heavier than numpy and sentencepiece, so spawned workers start fast.
 
 import io
 import re
+from collections.abc import Iterable
 
 import numpy as np
 import sentencepiece as spm
@@ -30,38 +31,38 @@ EOD_ID = SPECIAL_IDS["<eod>"]
 
 # Fixed, not the machine's core count: SentencePiece's result depends on its thread count.
 TRAIN_THREADS = 16
-# Sentences SentencePiece samples for training (deterministically) from a larger corpus.
+# About this many sentences train SentencePiece: a sample drawn by document_keys (the
+# same on every path), which SentencePiece then takes whole, in the order given.
 TRAIN_SENTENCES = 10_000_000
 
 
-def train_tokenizer(text_file: str, model_path: str, vocab_size: int) -> None:
-    """Trains a unigram model on normalised text (one sentence per line) into model_path.
+def train_tokenizer(sentences: Iterable[str], model_path: str, vocab_size: int) -> None:
+    """Trains a unigram model on normalised sentences into model_path.
 
     The text is fed as an iterator and the model written from memory, so no file path ends
-    up in the model's stored training spec: the same text gives the same bytes anywhere.
+    up in the model's stored training spec: the same sentences give the same bytes anywhere.
     """
     model = io.BytesIO()
-    with open(text_file, encoding="utf-8") as f:
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=(line.rstrip("\n") for line in f if line != "\n"),
-                model_writer=model,
-                vocab_size=vocab_size,
-                model_type="unigram",
-                character_coverage=0.99995,
-                input_sentence_size=TRAIN_SENTENCES,
-                shuffle_input_sentence=True,
-                unk_id=0,
-                bos_id=1,
-                eos_id=2,
-                pad_id=-1,
-                control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
-                user_defined_symbols=["<eop>"],
-                num_threads=TRAIN_THREADS,
-                minloglevel=2,
-            )
-        except RuntimeError as e:
-            raise _vocab_error(str(e), vocab_size) from None
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type="unigram",
+            character_coverage=0.99995,
+            input_sentence_size=0,  # all of the sample: it is bounded already
+            shuffle_input_sentence=False,
+            unk_id=0,
+            bos_id=1,
+            eos_id=2,
+            pad_id=-1,
+            control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
+            user_defined_symbols=["<eop>"],
+            num_threads=TRAIN_THREADS,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise _vocab_error(str(e), vocab_size) from None
     with open(model_path, "wb") as f:
         f.write(model.getvalue())
     check_special_ids(load_processor(model_path), model_path)
@@ -135,12 +136,19 @@ def init_worker(model_path: str) -> None:
 
 
 def encode_documents(docs: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """encode_with(the worker's model, docs)."""
+    return encode_with(_worker_sp, docs)
+
+
+def encode_with(
+    sp: spm.SentencePieceProcessor, docs: list[list[str]]
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Normalised documents -> (token ids, sentence lengths) per document, int32.
 
     Sentences that encode to nothing are dropped; a document left empty gives empty arrays.
     """
     flat = [s for doc in docs for s in doc]
-    encoded = _worker_sp.encode(flat, num_threads=1)  # parallel across processes instead
+    encoded = sp.encode(flat, num_threads=1)  # parallel across processes instead
     out, i = [], 0
     for doc in docs:
         pieces = [ids for ids in encoded[i : i + len(doc)] if ids]
