@@ -13,6 +13,7 @@ import ml_collections
 
 from xlnet_jax import paths
 from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
+from xlnet_jax.data.prepare_notes import split_need
 from xlnet_jax.data.staging import stage_corpus
 from xlnet_jax.errors import ConfigError, DataError
 from xlnet_jax.run import validate
@@ -74,18 +75,6 @@ def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list
             except ArithmeticError:  # a later check divided by a field already reported
                 pass
     return list(dict.fromkeys(problems))
-
-
-def split_need(config: ml_collections.ConfigDict, split: str) -> int:
-    """Tokens `split` must hold: one batch of streams for train, eval_steps for validation.
-
-    Every stream of a batch starts reuse_len tokens apart in the split's ring of tokens
-    and reads a row of seq_len; an evaluation advances each stream eval_steps times, and
-    a smaller split would score the same text twice.
-    """
-    streams = config.batch_size // 2 if config.bi_data else config.batch_size
-    steps = config.eval_steps if split == "validation" else 1
-    return max(streams * config.reuse_len * steps, 2 * config.seq_len)
 
 
 def corpus_problems(
