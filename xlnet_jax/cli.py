@@ -161,20 +161,25 @@ def _config(fv: flags.FlagValues):
     return fv.config
 
 
-def _with_run_config(rest: list[str]) -> list[str]:
+def _with_run_config(rest: list[str], *, reads_run: bool = False) -> list[str]:
     """`rest` with --config pointing at --workdir's saved config, when --config is absent.
 
     A rerun of train and eval then use the run's own config; --config.FIELD overrides
-    still apply on top (config_flags reads them as for any config file).
+    still apply on top (config_flags reads them as for any config file). A command that
+    reads a run (eval) is told first when --workdir does not exist.
     """
-    if any(arg == "--config" or arg.startswith("--config=") for arg in rest):
-        return rest
     workdir = None
     for i, arg in enumerate(rest):
         if arg == "--workdir" and i + 1 < len(rest):
             workdir = rest[i + 1]
         elif arg.startswith("--workdir="):
             workdir = arg.split("=", 1)[1]
+    if reads_run and workdir:
+        from xlnet_jax.run.workdir import require_existing
+
+        require_existing(workdir)
+    if any(arg == "--config" or arg.startswith("--config=") for arg in rest):
+        return rest
     from xlnet_jax.training import run_config
 
     if workdir is not None and run_config.load(workdir) is not None:
@@ -482,7 +487,7 @@ def main(argv: list[str]) -> int:
     logging.getLogger("xlnet_jax").setLevel(logging.INFO)
     try:
         if name in ("train", "eval"):
-            rest = _with_run_config(rest)
+            rest = _with_run_config(rest, reads_run=name == "eval")
         args = _parse(fv, name, rest)
         return command.main(fv, args)
     except (flags.Error, UsageError) as e:

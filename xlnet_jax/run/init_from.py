@@ -73,14 +73,32 @@ def load_source(path: str) -> Source:
 
 def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Manifest) -> None:
     """Refuses another architecture or another tokenizer than the run's, in one line."""
+    architecture = architecture_problem(source, config)
+    if architecture:
+        raise ConfigError(architecture)
+    tokenizer = tokenizer_problem(source, manifest)
+    if tokenizer:
+        raise DataError(tokenizer)
+
+
+def architecture_problem(source: Source, config: ml_collections.ConfigDict) -> str | None:
+    """The line naming the architecture fields in which the config differs from the source."""
     differ = [name for name in ARCHITECTURE_FIELDS if getattr(source.model, name) != config[name]]
-    if differ:
-        wanted = " ".join(f"--config.{n}={getattr(source.model, n)}" for n in differ)
-        got = ", ".join(f"{n}={config[n]!r}" for n in differ)
-        raise ConfigError(
-            f"--init_from {source.path}: its architecture differs in "
-            f"{', '.join(differ)} (the config has {got}); pass {wanted}."
-        )
+    if not differ:
+        return None
+    wanted = " ".join(f"--config.{n}={getattr(source.model, n)}" for n in differ)
+    got = ", ".join(f"{n}={config[n]!r}" for n in differ)
+    return (
+        f"--init_from {source.path}: its architecture differs in "
+        f"{', '.join(differ)} (the config has {got}); pass {wanted}."
+    )
+
+
+def tokenizer_problem(source: Source, manifest: Manifest) -> str | None:
+    """The line refusing a source whose tokenizer or normalisation is not the corpus's.
+
+    A source without a tokenizer is warned about, not refused.
+    """
     if source.tokenizer is None:
         log.warning(
             "--init_from %s: it has no %s to compare with the corpus's tokenizer; make sure "
@@ -89,20 +107,21 @@ def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Ma
             hf.TOKENIZER_FILE,
             manifest.path,
         )
-        return
+        return None
     if _sha256(source.tokenizer) != manifest.tokenizer["sha256"]:
-        raise DataError(
+        return (
             f"--init_from {source.path}: its tokenizer {source.tokenizer} is not the one "
             f"{manifest.path} was prepared with; prepare the corpus again with "
             f"`xlnet-jax prepare --spm_model {source.tokenizer} ...`."
         )
     if source.normalization not in (None, _settings(manifest)):
         flags = "".join(f" --{k}" for k, on in source.normalization.items() if on)
-        raise DataError(
+        return (
             f"--init_from {source.path}: its text was normalised with {source.normalization}, "
             f"{manifest.path} with {_settings(manifest)}; prepare the corpus again with "
             f"`xlnet-jax prepare --spm_model {source.tokenizer}{flags} ...`."
         )
+    return None
 
 
 def _settings(manifest: Manifest) -> dict:
