@@ -223,24 +223,43 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
     return 0
 
 
+def _define_eval(fv: flags.FlagValues) -> None:
+    _define_workdir_command(fv)
+    flags.DEFINE_string(
+        "init_from",
+        None,
+        "Score these params instead of WORKDIR's run: an HF XLNet directory, an import-hf "
+        "output or a run's workdir (with --config; on --config.corpus_dir's validation "
+        "split, which must be prepared with their tokenizer).",
+        flag_values=fv,
+    )
+
+
 def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
+    if fv.init_from and fv.workdir:
+        raise UsageError("pass --workdir (a run) or --init_from (params to score), not both")
     config = _config(fv)
-    workdir = _require(fv, "workdir")
+    workdir = None if fv.init_from else _require(fv, "workdir")
     _setup_jax(fv)
     from xlnet_jax.training import evaluate
 
-    result = evaluate.evaluate_workdir(config, workdir)
+    result = evaluate.evaluate_run(config, workdir, fv.init_from)
     spread = (
         f" ± {result['loss_stderr']:.4f} (standard error over {fv.config.eval_steps} batches)"
         if "loss_stderr" in result
         else " (one batch: no standard error; raise --config.eval_steps for one)"
     )
+    recorded = "" if result["recorded"] else " (not recorded in any metrics.jsonl)"
     print(
-        f"step {result['step']}: held-out PLM loss {result['loss']:.4f} nats{spread}, target "
-        f"accuracy {result['accuracy']:.4f}, over {result['rows']:,} rows, "
-        f"{result['tokens']:,} validation tokens and {result['targets']:,} targets; the corpus "
-        f"unigram entropy is {result['unigram_entropy']:.4f} nats"
+        f"{result['scored']} on the validation split of {result['corpus']}{recorded}: "
+        f"held-out PLM loss {result['loss']:.4f} nats{spread}, target accuracy "
+        f"{result['accuracy']:.4f}, over {result['rows']:,} rows, {result['tokens']:,} "
+        f"validation tokens and {result['targets']:,} targets.\n"
+        "Context-free baselines on the whole validation split: the validation tokens' "
+        "cross-entropy under the train split's unigram distribution (add-one smoothed) is "
+        f"{result['train_unigram_cross_entropy']:.4f} nats; their own unigram entropy is "
+        f"{result['validation_unigram_entropy']:.4f} nats."
     )
     return 0
 
@@ -357,8 +376,8 @@ COMMANDS = {
     ),
     "train": Command("Pretrain (resumes automatically from WORKDIR).", _define_train, _train_main),
     "eval": Command(
-        "Evaluate WORKDIR's newest checkpoint on the validation split.",
-        _define_workdir_command,
+        "Evaluate WORKDIR's newest checkpoint (or --init_from params) on a validation split.",
+        _define_eval,
         _eval_main,
     ),
     "compile": Command(

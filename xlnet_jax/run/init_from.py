@@ -43,6 +43,7 @@ class Source:
     params: dict
     tokenizer: str | None
     normalization: dict | None = None  # {"keep_accents", "uncased"}, with the tokenizer
+    step: int | None = None  # a workdir's checkpoint step
 
 
 def load_source(path: str) -> Source:
@@ -52,13 +53,13 @@ def load_source(path: str) -> Source:
     if not root.is_dir():
         raise ConfigError(f"--init_from {path}: no such directory.")
     if (root / "checkpoints").is_dir():
-        config, params, _ = load_trained_params(path)
+        config, params, step = load_trained_params(path)
         tokenizer = normalization = None
         if config.corpus_dir and (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
             corpus = load_manifest(config.corpus_dir)
             tokenizer, normalization = corpus.tokenizer_path, _settings(corpus)
         model = ModelConfig.from_config(config)
-        return Source(path, "workdir", model, params, tokenizer, normalization)
+        return Source(path, "workdir", model, params, tokenizer, normalization, step)
     if (root / "params.safetensors").is_file():
         model, params = hf.load_params_dir(root)
         kind = "params directory"
