@@ -202,7 +202,7 @@ def test_without_config_a_workdir_with_no_run_names_what_is_missing(tmp_path):
     assert cli._with_run_config(["--workdir", str(tmp_path)])[0].endswith(f"py:{tmp_path}")
 
 
-def test_eval_of_a_missing_workdir_says_so_and_names_the_runs_beside_it(tmp_path):
+def test_eval_of_a_missing_workdir_says_so_and_names_the_runs_beside_it(tmp_path, capsys):
     """A typo in eval's --workdir is named before --config is asked for (issue 32,
     friction 5); train creates its workdir, so it is not asked."""
     for name in ("zh", "zh-continued", "en"):
@@ -212,6 +212,10 @@ def test_eval_of_a_missing_workdir_says_so_and_names_the_runs_beside_it(tmp_path
     assert str(info.value) == (f"Workdir {tmp_path / 'zhh'} does not exist; {tmp_path} holds zh.")
     with pytest.raises(WorkdirError, match=r"does not exist \(nor does .*nowhere\)\.$"):
         cli._with_run_config(["--workdir", str(tmp_path / "nowhere" / "run")], reads_run=True)
+    assert cli.main(["eval"]) == 2
+    assert capsys.readouterr().err == (
+        "xlnet-jax eval: error: --workdir (a run) or --init_from (params to score) is required\n"
+    )
     assert cli._with_run_config(["--workdir", str(tmp_path / "zhh")]) == [
         "--workdir", str(tmp_path / "zhh")
     ]  # fmt: skip

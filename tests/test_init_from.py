@@ -141,3 +141,16 @@ def test_a_new_corpus_in_an_old_workdir_names_init_from_into_a_new_one(tmp_path)
     assert str(info.value).endswith(
         f"--workdir NEW_WORKDIR --init_from {tmp_path / 'runs' / 'old'}."
     )
+
+
+def test_an_hf_directory_with_only_tokenizer_json_is_checked_as_with_spiece(exported, tmp_path):
+    """transformers 5.x's save_pretrained writes no spiece.model: the tokenizer.json's
+    Unigram model stands in for it (issue 32, friction 8)."""
+    _, out = exported
+    saved = shutil.copytree(out, tmp_path / "saved")
+    (saved / "spiece.model").unlink()
+    source = load_source(str(saved))
+    assert source.tokenizer is not None and source.tokenizer.endswith(".model")
+    config = get_config()
+    config.update(corpus_dir=harness.corpus_dir())
+    check_source(source, config, load_manifest(config.corpus_dir))  # accepted

@@ -239,12 +239,13 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
     if fv.init_from and fv.workdir:
         raise UsageError("pass --workdir (a run) or --init_from (params to score), not both")
+    if not (fv.init_from or fv.workdir):
+        raise UsageError("--workdir (a run) or --init_from (params to score) is required")
     config = _config(fv)
-    workdir = None if fv.init_from else _require(fv, "workdir")
     _setup_jax(fv)
     from xlnet_jax.training import evaluate
 
-    result = evaluate.evaluate_run(config, workdir, fv.init_from)
+    result = evaluate.evaluate_run(config, fv.workdir, fv.init_from)
     spread = (
         f" ± {result['loss_stderr']:.4f} (standard error over {fv.config.eval_steps} batches)"
         if "loss_stderr" in result
@@ -268,7 +269,11 @@ def _define_prepare(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("out", None, "Output corpus directory.", flag_values=fv)
     flags.DEFINE_integer("vocab_size", 32000, "SentencePiece vocabulary size.", flag_values=fv)
     flags.DEFINE_string(
-        "spm_model", None, "Use this SentencePiece .model instead of training.", flag_values=fv
+        "spm_model",
+        None,
+        "Use this SentencePiece .model instead of training, or an HF XLNet directory's "
+        "(its spiece.model, or its tokenizer.json's Unigram model converted).",
+        flag_values=fv,
     )
     flags.DEFINE_bool("uncased", False, "Lowercase the text before tokenizing.", flag_values=fv)
     flags.DEFINE_bool(
@@ -299,6 +304,7 @@ def _define_prepare(fv: flags.FlagValues) -> None:
 
 def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.data.prepare import prepare_corpus
+    from xlnet_jax.data.spm_source import resolve_spm_model
     from xlnet_jax.data.staging import local_output
 
     with local_output(_require(fv, "out")) as out:  # gs://: prepared locally, then uploaded
@@ -306,7 +312,7 @@ def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
             args,
             out,
             vocab_size=fv.vocab_size,
-            spm_model=fv.spm_model,
+            spm_model=fv.spm_model and resolve_spm_model(fv.spm_model),
             uncased=fv.uncased,
             keep_accents=fv.keep_accents,
             tfds_name=fv.tfds_name,

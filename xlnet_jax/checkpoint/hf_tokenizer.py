@@ -27,10 +27,8 @@ from sentencepiece import sentencepiece_model_pb2
 
 from xlnet_jax import paths
 from xlnet_jax.data import normalize, tokenizer
-from xlnet_jax.errors import HFFormatError
+from xlnet_jax.data.spm_source import CONFIG_FILE, JSON_FILE
 
-CONFIG_FILE = "tokenizer_config.json"
-JSON_FILE = "tokenizer.json"
 _HANGUL = ("\uac00", "\ud7a3")  # the precomposed syllables
 
 
@@ -62,23 +60,6 @@ def write_tokenizer_files(
     if keep_accents:
         return "load the tokenizer with AutoTokenizer: XLNetTokenizer (5.23) drops accents"
     return "XLNetTokenizer and AutoTokenizer give this corpus's ids"
-
-
-def read_settings(directory: epath.Path) -> dict:
-    """{"keep_accents", "uncased"} from directory's tokenizer_config.json.
-
-    A missing file or key takes XLNetTokenizer's default (False), as transformers would
-    (the released XLNet models ship none: cased, accents stripped).
-    """
-    path = directory / CONFIG_FILE
-    try:
-        config = json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError as e:
-        raise HFFormatError(f"{path}: not valid JSON ({e})") from None
-    return {
-        "keep_accents": bool(config.get("keep_accents", False)),
-        "uncased": bool(config.get("do_lower_case", False)),
-    }
 
 
 def _hf_piece(piece: str, keep_accents: bool) -> str:

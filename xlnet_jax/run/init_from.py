@@ -8,14 +8,15 @@ new run.
 
 The config's architecture fields must equal the source's (the error names each one).
 The source's tokenizer, when it has one (an HF directory's or a params directory's
-spiece.model, a workdir's corpus tokenizer), must be the corpus's: token ids mean nothing
-under another vocabulary, so a mismatch is refused; a source without one is warned about.
+spiece.model, or the model converted from its tokenizer.json: data/spm_source.py; a
+workdir's corpus tokenizer), must tokenize as the corpus's (spm_fingerprint: the same
+pieces, scores and normalisation): token ids mean nothing under another vocabulary, so a
+mismatch is refused; a source without one is warned about.
 So must its normalisation (keep_accents, uncased: tokenizer_config.json, or the workdir's
 corpus manifest): the same vocabulary sees other text under another one.
 """
 
 import dataclasses
-import hashlib
 import logging
 
 import jax
@@ -23,11 +24,13 @@ import ml_collections
 import numpy as np
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint import hf, hf_tokenizer
+from xlnet_jax.checkpoint import hf
 from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.checkpoint.reader import load_trained_params
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.data import spm_source
 from xlnet_jax.data.manifest import Manifest, load_manifest
+from xlnet_jax.data.spm_source import spm_fingerprint
 from xlnet_jax.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -66,10 +69,10 @@ def load_source(path: str) -> Source:
     else:
         model, params = hf.load_hf(root)
         kind = "HF directory"
-    tokenizer = root / hf.TOKENIZER_FILE
-    if not tokenizer.is_file():
+    tokenizer = spm_source.find_spm_model(root)  # spiece.model, or from tokenizer.json
+    if tokenizer is None:
         return Source(path, kind, model, params, None)
-    return Source(path, kind, model, params, str(tokenizer), hf_tokenizer.read_settings(root))
+    return Source(path, kind, model, params, tokenizer, spm_source.read_settings(root))
 
 
 def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Manifest) -> None:
@@ -102,14 +105,15 @@ def tokenizer_problem(source: Source, manifest: Manifest) -> str | None:
     """
     if source.tokenizer is None:
         log.warning(
-            "--init_from %s: it has no %s to compare with the corpus's tokenizer; make sure "
-            "%s was prepared with the tokenizer these params were trained with.",
+            "--init_from %s: it has no %s or %s to compare with the corpus's tokenizer; make "
+            "sure %s was prepared with the tokenizer these params were trained with.",
             source.path,
-            hf.TOKENIZER_FILE,
+            spm_source.SPIECE_FILE,
+            spm_source.JSON_FILE,
             manifest.path,
         )
         return None
-    if _sha256(source.tokenizer) != manifest.tokenizer["sha256"]:
+    if spm_fingerprint(source.tokenizer) != spm_fingerprint(manifest.tokenizer_path):
         return (
             f"--init_from {source.path}: its tokenizer {source.tokenizer} is not the one "
             f"{manifest.path} was prepared with; prepare the corpus again with "
@@ -138,8 +142,3 @@ def place_params(params: dict, shardings) -> dict:
         return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
 
     return jax.tree.map(place, params, shardings)
-
-
-def _sha256(path: str) -> str:
-    with paths.as_path(path).open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
