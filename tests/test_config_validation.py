@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import small_config
 from tests.test_data_common import small_corpus
 from xlnet_jax import cli
-from xlnet_jax.errors import UsageError
+from xlnet_jax.errors import UsageError, WorkdirError
 from xlnet_jax.run.preflight import check_run
 from xlnet_jax.run.validate import ConfigError, validate_config
 
@@ -200,6 +200,25 @@ def test_without_config_a_workdir_with_no_run_names_what_is_missing(tmp_path):
         cli._with_run_config(["--workdir", str(tmp_path), "--config.batch_size=16"])
     (tmp_path / "config.json").write_text(small_config().to_json_best_effort())
     assert cli._with_run_config(["--workdir", str(tmp_path)])[0].endswith(f"py:{tmp_path}")
+
+
+def test_eval_of_a_missing_workdir_says_so_and_names_the_runs_beside_it(tmp_path, capsys):
+    """A typo in eval's --workdir is named before --config is asked for (issue 32,
+    friction 5); train creates its workdir, so it is not asked."""
+    for name in ("zh", "zh-continued", "en"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(WorkdirError) as info:
+        cli._with_run_config(["--workdir", str(tmp_path / "zhh")], reads_run=True)
+    assert str(info.value) == (f"Workdir {tmp_path / 'zhh'} does not exist; {tmp_path} holds zh.")
+    with pytest.raises(WorkdirError, match=r"does not exist \(nor does .*nowhere\)\.$"):
+        cli._with_run_config(["--workdir", str(tmp_path / "nowhere" / "run")], reads_run=True)
+    assert cli.main(["eval"]) == 2
+    assert capsys.readouterr().err == (
+        "xlnet-jax eval: error: --workdir (a run) or --init_from (params to score) is required\n"
+    )
+    assert cli._with_run_config(["--workdir", str(tmp_path / "zhh")]) == [
+        "--workdir", str(tmp_path / "zhh")
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,11 @@ from tests import train_harness as harness
 from tests.helpers import assert_f32_close
 from tests.train_config import get_config
 from xlnet_jax.checkpoint import hf
-from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
+from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS, check_compatible, make_meta
 from xlnet_jax.data.manifest import load_manifest
-from xlnet_jax.errors import ConfigError, DataError
+from xlnet_jax.errors import CheckpointError, ConfigError, DataError
 from xlnet_jax.run.init_from import check_source, load_source, place_params
+from xlnet_jax.run.preflight import check_run_from
 from xlnet_jax.training import sharding, steps
 from xlnet_jax.training.program import build_program
 
@@ -100,3 +101,56 @@ def test_another_architecture_or_tokenizer_is_refused_in_one_line(exported, tmp_
     config.update(d_inner=64, n_layer=2)
     with pytest.raises(DataError, match=r"is not the one .* prepared with; prepare the corpus"):
         check_source(load_source(str(other)), config, manifest)
+
+
+def test_init_from_problems_come_in_the_first_round_with_the_others(exported):
+    """The source's architecture is reported beside the config's own problems, not after
+    they are fixed (issue 32, friction 4)."""
+    _, out = exported
+    config = get_config()
+    config.update(corpus_dir=harness.corpus_dir(), n_layer=3, warmup_steps=10**6)
+    with pytest.raises(ConfigError) as info:
+        check_run_from(config, 1, evaluates=False, init_from=str(out))
+    lines = str(info.value).splitlines()
+    assert lines[0] == "2 problems with the config and corpus:"
+    assert lines[1].startswith("  config.warmup_steps: must not exceed num_train_steps")
+    assert lines[2].startswith(f"  --init_from {out}: its architecture differs in n_layer")
+    config.update(n_layer=2, warmup_steps=0)
+    _, _, source = check_run_from(config, 1, evaluates=False, init_from=str(out))
+    assert source.kind == "HF directory"
+
+
+def test_a_missing_init_from_is_one_problem_among_the_others(tmp_path):
+    config = get_config()
+    config.update(corpus_dir=str(tmp_path / "no-corpus"))
+    with pytest.raises(ConfigError) as info:
+        check_run_from(config, 1, evaluates=False, init_from=str(tmp_path / "no-run"))
+    lines = str(info.value).splitlines()
+    assert lines[0] == "2 problems with the config and corpus:"
+    assert f"--init_from {tmp_path / 'no-run'}: no such directory." in lines[1]
+    assert lines[2].startswith("  config.corpus_dir: ")
+
+
+def test_a_new_corpus_in_an_old_workdir_names_init_from_into_a_new_one(tmp_path):
+    """The refusal says how to continue on the new corpus (issue 32, friction 10)."""
+    config = get_config()
+    step = tmp_path / "runs" / "old" / "checkpoints" / "12"
+    meta = make_meta(config, "a" * 64, 12)
+    with pytest.raises(CheckpointError) as info:
+        check_compatible(meta, config, "b" * 64, step)
+    assert str(info.value).endswith(
+        f"--workdir NEW_WORKDIR --init_from {tmp_path / 'runs' / 'old'}."
+    )
+
+
+def test_an_hf_directory_with_only_tokenizer_json_is_checked_as_with_spiece(exported, tmp_path):
+    """transformers 5.x's save_pretrained writes no spiece.model: the tokenizer.json's
+    Unigram model stands in for it (issue 32, friction 8)."""
+    _, out = exported
+    saved = shutil.copytree(out, tmp_path / "saved")
+    (saved / "spiece.model").unlink()
+    source = load_source(str(saved))
+    assert source.tokenizer is not None and source.tokenizer.endswith(".model")
+    config = get_config()
+    config.update(corpus_dir=harness.corpus_dir())
+    check_source(source, config, load_manifest(config.corpus_dir))  # accepted

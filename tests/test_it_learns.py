@@ -19,6 +19,7 @@ from tests.train_harness import environment
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.data.prepare import prepare_corpus
+from xlnet_jax.training.evaluate import unigram_baselines
 
 VOCAB = 48  # the 26 words, their letters and the special pieces
 WORDS = (
@@ -83,10 +84,16 @@ def test_heldout_loss_falls_far_below_unigram_entropy(tmp_path):
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "eval"] == [300]
     assert sorted(p.name for p in (workdir / "tensorboard").iterdir()) == ["train"]
-    assert f"step 300: held-out PLM loss {heldout:.4f} nats ± " in evaluated.stdout
+    assert (
+        f"the workdir {workdir} at step 300 on the validation split of {corpus}: held-out PLM "
+        f"loss {heldout:.4f} nats ± "
+    ) in evaluated.stdout
     assert re.search(
         r"over [\d,]+ rows, [\d,]+ validation tokens and [\d,]+ targets", evaluated.stdout
     )
+    baselines = unigram_baselines(load_manifest(corpus), VOCAB)
     assert (
-        f"the corpus unigram entropy is {entropy:.4f} nats" in evaluated.stdout + evaluated.stderr
-    )
+        "the validation tokens' cross-entropy under the train split's unigram distribution "
+        f"(add-one smoothed) is {baselines['train_unigram_cross_entropy']:.4f} nats; their own "
+        f"unigram entropy is {baselines['validation_unigram_entropy']:.4f} nats."
+    ) in evaluated.stdout

@@ -18,7 +18,7 @@ from tests import multilingual, test_data_common
 from tests.train_harness import environment
 from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.checkpoint.export import export_to_hf
-from xlnet_jax.data import tokenizer, word_starts
+from xlnet_jax.data import spm_source, tokenizer, word_starts
 from xlnet_jax.data.corpus import unigram_entropy
 from xlnet_jax.data.manifest import load_manifest, manifest_fingerprint
 from xlnet_jax.data.normalize import normalize
@@ -216,7 +216,7 @@ def test_hf_tokenizers_give_our_ids_in_both_modes(mixed, tmp_path):
     # So their <unk> rate on Korean is ours: none, every syllable is in the vocabulary.
     korean = [ids for ids, line in zip(ours, lines, strict=True) if "다" in line]
     assert korean and sum(ids.count(tokenizer.SPECIAL_IDS["<unk>"]) for ids in korean) == 0
-    assert hf_tokenizer.read_settings(tmp_path) == {"keep_accents": keep, "uncased": False}
+    assert spm_source.read_settings(tmp_path) == {"keep_accents": keep, "uncased": False}
 
 
 def test_hf_tokenizers_give_our_ids_on_an_uncased_corpus(tmp_path):

@@ -168,20 +168,25 @@ def _config(fv: flags.FlagValues):
     return fv.config
 
 
-def _with_run_config(rest: list[str]) -> list[str]:
+def _with_run_config(rest: list[str], *, reads_run: bool = False) -> list[str]:
     """`rest` with --config pointing at --workdir's saved config, when --config is absent.
 
     A rerun of train and eval then use the run's own config; --config.FIELD overrides
-    still apply on top (config_flags reads them as for any config file).
+    still apply on top (config_flags reads them as for any config file). A command that
+    reads a run (eval) is told first when --workdir does not exist.
     """
-    if any(arg == "--config" or arg.startswith("--config=") for arg in rest):
-        return rest
     workdir = None
     for i, arg in enumerate(rest):
         if arg == "--workdir" and i + 1 < len(rest):
             workdir = rest[i + 1]
         elif arg.startswith("--workdir="):
             workdir = arg.split("=", 1)[1]
+    if reads_run and workdir:
+        from xlnet_jax.run.workdir import require_existing
+
+        require_existing(workdir)
+    if any(arg == "--config" or arg.startswith("--config=") for arg in rest):
+        return rest
     from xlnet_jax.training import run_config
 
     if workdir is not None and run_config.load(workdir) is not None:
@@ -225,24 +230,44 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
     return 0
 
 
+def _define_eval(fv: flags.FlagValues) -> None:
+    _define_workdir_command(fv)
+    flags.DEFINE_string(
+        "init_from",
+        None,
+        "Score these params instead of WORKDIR's run: an HF XLNet directory, an import-hf "
+        "output or a run's workdir (with --config; on --config.corpus_dir's validation "
+        "split, which must be prepared with their tokenizer).",
+        flag_values=fv,
+    )
+
+
 def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
+    if fv.init_from and fv.workdir:
+        raise UsageError("pass --workdir (a run) or --init_from (params to score), not both")
+    if not (fv.init_from or fv.workdir):
+        raise UsageError("--workdir (a run) or --init_from (params to score) is required")
     config = _config(fv)
-    workdir = _require(fv, "workdir")
     _setup_jax(fv)
     from xlnet_jax.training import evaluate
 
-    result = evaluate.evaluate_workdir(config, workdir)
+    result = evaluate.evaluate_run(config, fv.workdir, fv.init_from)
     spread = (
         f" ± {result['loss_stderr']:.4f} (standard error over {fv.config.eval_steps} batches)"
         if "loss_stderr" in result
         else " (one batch: no standard error; raise --config.eval_steps for one)"
     )
+    recorded = "" if result["recorded"] else " (not recorded in any metrics.jsonl)"
     print(
-        f"step {result['step']}: held-out PLM loss {result['loss']:.4f} nats{spread}, target "
-        f"accuracy {result['accuracy']:.4f}, over {result['rows']:,} rows, "
-        f"{result['tokens']:,} validation tokens and {result['targets']:,} targets; the corpus "
-        f"unigram entropy is {result['unigram_entropy']:.4f} nats"
+        f"{result['scored']} on the validation split of {result['corpus']}{recorded}: "
+        f"held-out PLM loss {result['loss']:.4f} nats{spread}, target accuracy "
+        f"{result['accuracy']:.4f}, over {result['rows']:,} rows, {result['tokens']:,} "
+        f"validation tokens and {result['targets']:,} targets.\n"
+        "Context-free baselines on the whole validation split: the validation tokens' "
+        "cross-entropy under the train split's unigram distribution (add-one smoothed) is "
+        f"{result['train_unigram_cross_entropy']:.4f} nats; their own unigram entropy is "
+        f"{result['validation_unigram_entropy']:.4f} nats."
     )
     return 0
 
@@ -251,7 +276,11 @@ def _define_prepare(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("out", None, "Output corpus directory.", flag_values=fv)
     flags.DEFINE_integer("vocab_size", 32000, "SentencePiece vocabulary size.", flag_values=fv)
     flags.DEFINE_string(
-        "spm_model", None, "Use this SentencePiece .model instead of training.", flag_values=fv
+        "spm_model",
+        None,
+        "Use this SentencePiece .model instead of training, or an HF XLNet directory's "
+        "(its spiece.model, or its tokenizer.json's Unigram model converted).",
+        flag_values=fv,
     )
     flags.DEFINE_bool("uncased", False, "Lowercase the text before tokenizing.", flag_values=fv)
     flags.DEFINE_bool(
@@ -300,6 +329,7 @@ def _define_prepare(fv: flags.FlagValues) -> None:
 
 def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.data.prepare import pipeline_options, prepare_corpus
+    from xlnet_jax.data.spm_source import resolve_spm_model
     from xlnet_jax.data.staging import local_output
 
     with local_output(_require(fv, "out")) as out:  # gs://: prepared locally, then uploaded
@@ -307,7 +337,7 @@ def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
             args,
             out,
             vocab_size=fv.vocab_size,
-            spm_model=fv.spm_model,
+            spm_model=fv.spm_model and resolve_spm_model(fv.spm_model),
             uncased=fv.uncased,
             keep_accents=fv.keep_accents,
             tfds_name=fv.tfds_name,
@@ -378,8 +408,8 @@ COMMANDS = {
     ),
     "train": Command("Pretrain (resumes automatically from WORKDIR).", _define_train, _train_main),
     "eval": Command(
-        "Evaluate WORKDIR's newest checkpoint on the validation split.",
-        _define_workdir_command,
+        "Evaluate WORKDIR's newest checkpoint (or --init_from params) on a validation split.",
+        _define_eval,
         _eval_main,
     ),
     "compile": Command(
@@ -508,7 +538,7 @@ def main(argv: list[str]) -> int:
     logging.getLogger("xlnet_jax").setLevel(logging.INFO)
     try:
         if name in ("train", "eval"):
-            rest = _with_run_config(rest)
+            rest = _with_run_config(rest, reads_run=name == "eval")
         args = _parse(fv, name, rest)
         return command.main(fv, args)
     except (flags.Error, UsageError) as e:

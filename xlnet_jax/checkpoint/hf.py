@@ -33,6 +33,7 @@ from flax import traverse_util
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import hf_tokenizer
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.data import spm_source
 from xlnet_jax.errors import HFFormatError, MissingFileError
 from xlnet_jax.model.xlnet import XLNetLM, validate_model_config
 
@@ -41,7 +42,7 @@ _CONFIG = "config.json"
 _HF_SAFETENSORS = "model.safetensors"
 _HF_TORCH = "pytorch_model.bin"
 _PARAMS = "params.safetensors"
-TOKENIZER_FILE = "spiece.model"  # the SentencePiece model's name in HF XLNet directories
+TOKENIZER_FILE = spm_source.SPIECE_FILE
 # With it: how HF tokenizes (normalisation settings, the tokenizers pipeline).
 _TOKENIZER_FILES = (TOKENIZER_FILE, hf_tokenizer.CONFIG_FILE, hf_tokenizer.JSON_FILE)
 

@@ -19,7 +19,6 @@ charsmap step leaves NFKD's Hangul jamo apart. Two consequences:
 """
 
 import json
-import os
 import unicodedata
 
 import sentencepiece as spm
@@ -27,35 +26,10 @@ from etils import epath
 
 from xlnet_jax import paths
 from xlnet_jax.data import normalize, tokenizer
-from xlnet_jax.errors import HFFormatError
+from xlnet_jax.data.spm_proto import sentencepiece_model_pb2
+from xlnet_jax.data.spm_source import CONFIG_FILE, JSON_FILE
 
-CONFIG_FILE = "tokenizer_config.json"
-JSON_FILE = "tokenizer.json"
 _HANGUL = ("\uac00", "\ud7a3")  # the precomposed syllables
-
-
-def _import_model_proto():
-    """sentencepiece's generated ModelProto module.
-
-    sentencepiece 0.2.3's was made by protobuf 7 and refuses an older runtime at import, while
-    apache-beam 2.77 (the beam extra) holds protobuf below 7. The module runs on protobuf 6.33
-    (tests/test_hf_io.py writes and reads tokenizer files through it), so protobuf's own
-    switch skips that one check, for this import only.
-    """
-    switch = "TEMPORARILY_DISABLE_PROTOBUF_VERSION_CHECK"
-    previous = os.environ.get(switch)
-    os.environ[switch] = "true"
-    try:
-        from sentencepiece import sentencepiece_model_pb2
-    finally:
-        if previous is None:
-            del os.environ[switch]
-        else:
-            os.environ[switch] = previous
-    return sentencepiece_model_pb2
-
-
-sentencepiece_model_pb2 = _import_model_proto()
 
 
 def write_tokenizer_files(
@@ -86,23 +60,6 @@ def write_tokenizer_files(
     if keep_accents:
         return "load the tokenizer with AutoTokenizer: XLNetTokenizer (5.23) drops accents"
     return "XLNetTokenizer and AutoTokenizer give this corpus's ids"
-
-
-def read_settings(directory: epath.Path) -> dict:
-    """{"keep_accents", "uncased"} from directory's tokenizer_config.json.
-
-    A missing file or key takes XLNetTokenizer's default (False), as transformers would
-    (the released XLNet models ship none: cased, accents stripped).
-    """
-    path = directory / CONFIG_FILE
-    try:
-        config = json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError as e:
-        raise HFFormatError(f"{path}: not valid JSON ({e})") from None
-    return {
-        "keep_accents": bool(config.get("keep_accents", False)),
-        "uncased": bool(config.get("do_lower_case", False)),
-    }
 
 
 def _hf_piece(piece: str, keep_accents: bool) -> str:

@@ -9,6 +9,7 @@ import json
 import time
 
 import ml_collections
+from etils import epath
 
 from xlnet_jax.errors import CheckpointError
 
@@ -50,10 +51,12 @@ def check_compatible(meta: dict, config: ml_collections.ConfigDict, fingerprint:
             "Use the checkpoint's values, or start a new run in an empty workdir."
         )
     if meta["corpus_fingerprint"] != fingerprint:
+        workdir = epath.Path(path).parent.parent  # path is WORKDIR/checkpoints/STEP
         raise CheckpointError(
             f"{path} was trained on a different corpus (fingerprint "
             f"{meta['corpus_fingerprint'][:12]} vs {fingerprint[:12]}). Point config.corpus_dir "
-            "at the original corpus, or start a new run in an empty workdir."
+            "at the original corpus, or continue on the new one in a new workdir from this "
+            f"run's params: --workdir NEW_WORKDIR --init_from {workdir}."
         )
 
 

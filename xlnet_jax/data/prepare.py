@@ -54,6 +54,7 @@ from xlnet_jax.data.manifest import (
     save_manifest,
 )
 from xlnet_jax.data.normalize import normalization_options
+from xlnet_jax.data.prepare_notes import print_notes
 from xlnet_jax.data.prepare_progress import Progress
 from xlnet_jax.errors import DataError
 
@@ -180,6 +181,7 @@ def prepare_corpus(
         save_manifest(manifest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print_notes(manifest)
     counts = ", ".join(f"{s['tokens']:,} {name}" for name, s in manifest.splits.items())
     print(
         f"Prepared {out_dir}: {manifest.stats['tokens']:,} tokens ({counts}) in "

@@ -8,14 +8,15 @@ new run.
 
 The config's architecture fields must equal the source's (the error names each one).
 The source's tokenizer, when it has one (an HF directory's or a params directory's
-spiece.model, a workdir's corpus tokenizer), must be the corpus's: token ids mean nothing
-under another vocabulary, so a mismatch is refused; a source without one is warned about.
+spiece.model, or the model converted from its tokenizer.json: data/spm_source.py; a
+workdir's corpus tokenizer), must tokenize as the corpus's (spm_fingerprint: the same
+pieces, scores and normalisation): token ids mean nothing under another vocabulary, so a
+mismatch is refused; a source without one is warned about.
 So must its normalisation (keep_accents, uncased: tokenizer_config.json, or the workdir's
 corpus manifest): the same vocabulary sees other text under another one.
 """
 
 import dataclasses
-import hashlib
 import logging
 
 import jax
@@ -23,11 +24,13 @@ import ml_collections
 import numpy as np
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint import hf, hf_tokenizer
+from xlnet_jax.checkpoint import hf
 from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.checkpoint.reader import load_trained_params
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.data import spm_source
 from xlnet_jax.data.manifest import Manifest, load_manifest
+from xlnet_jax.data.spm_source import spm_fingerprint
 from xlnet_jax.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,7 @@ class Source:
     params: dict
     tokenizer: str | None
     normalization: dict | None = None  # {"keep_accents", "uncased"}, with the tokenizer
+    step: int | None = None  # a workdir's checkpoint step
 
 
 def load_source(path: str) -> Source:
@@ -52,57 +56,77 @@ def load_source(path: str) -> Source:
     if not root.is_dir():
         raise ConfigError(f"--init_from {path}: no such directory.")
     if (root / "checkpoints").is_dir():
-        config, params, _ = load_trained_params(path)
+        config, params, step = load_trained_params(path)
         tokenizer = normalization = None
         if config.corpus_dir and (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
             corpus = load_manifest(config.corpus_dir)
             tokenizer, normalization = corpus.tokenizer_path, _settings(corpus)
         model = ModelConfig.from_config(config)
-        return Source(path, "workdir", model, params, tokenizer, normalization)
+        return Source(path, "workdir", model, params, tokenizer, normalization, step)
     if (root / "params.safetensors").is_file():
         model, params = hf.load_params_dir(root)
         kind = "params directory"
     else:
         model, params = hf.load_hf(root)
         kind = "HF directory"
-    tokenizer = root / hf.TOKENIZER_FILE
-    if not tokenizer.is_file():
+    tokenizer = spm_source.find_spm_model(root)  # spiece.model, or from tokenizer.json
+    if tokenizer is None:
         return Source(path, kind, model, params, None)
-    return Source(path, kind, model, params, str(tokenizer), hf_tokenizer.read_settings(root))
+    return Source(path, kind, model, params, tokenizer, spm_source.read_settings(root))
 
 
 def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Manifest) -> None:
     """Refuses another architecture or another tokenizer than the run's, in one line."""
+    architecture = architecture_problem(source, config)
+    if architecture:
+        raise ConfigError(architecture)
+    tokenizer = tokenizer_problem(source, manifest)
+    if tokenizer:
+        raise DataError(tokenizer)
+
+
+def architecture_problem(source: Source, config: ml_collections.ConfigDict) -> str | None:
+    """The line naming the architecture fields in which the config differs from the source."""
     differ = [name for name in ARCHITECTURE_FIELDS if getattr(source.model, name) != config[name]]
-    if differ:
-        wanted = " ".join(f"--config.{n}={getattr(source.model, n)}" for n in differ)
-        got = ", ".join(f"{n}={config[n]!r}" for n in differ)
-        raise ConfigError(
-            f"--init_from {source.path}: its architecture differs in "
-            f"{', '.join(differ)} (the config has {got}); pass {wanted}."
-        )
+    if not differ:
+        return None
+    wanted = " ".join(f"--config.{n}={getattr(source.model, n)}" for n in differ)
+    got = ", ".join(f"{n}={config[n]!r}" for n in differ)
+    return (
+        f"--init_from {source.path}: its architecture differs in "
+        f"{', '.join(differ)} (the config has {got}); pass {wanted}."
+    )
+
+
+def tokenizer_problem(source: Source, manifest: Manifest) -> str | None:
+    """The line refusing a source whose tokenizer or normalisation is not the corpus's.
+
+    A source without a tokenizer is warned about, not refused.
+    """
     if source.tokenizer is None:
         log.warning(
-            "--init_from %s: it has no %s to compare with the corpus's tokenizer; make sure "
-            "%s was prepared with the tokenizer these params were trained with.",
+            "--init_from %s: it has no %s or %s to compare with the corpus's tokenizer; make "
+            "sure %s was prepared with the tokenizer these params were trained with.",
             source.path,
-            hf.TOKENIZER_FILE,
+            spm_source.SPIECE_FILE,
+            spm_source.JSON_FILE,
             manifest.path,
         )
-        return
-    if _sha256(source.tokenizer) != manifest.tokenizer["sha256"]:
-        raise DataError(
+        return None
+    if spm_fingerprint(source.tokenizer) != spm_fingerprint(manifest.tokenizer_path):
+        return (
             f"--init_from {source.path}: its tokenizer {source.tokenizer} is not the one "
             f"{manifest.path} was prepared with; prepare the corpus again with "
             f"`xlnet-jax prepare --spm_model {source.tokenizer} ...`."
         )
     if source.normalization not in (None, _settings(manifest)):
         flags = "".join(f" --{k}" for k, on in source.normalization.items() if on)
-        raise DataError(
+        return (
             f"--init_from {source.path}: its text was normalised with {source.normalization}, "
             f"{manifest.path} with {_settings(manifest)}; prepare the corpus again with "
             f"`xlnet-jax prepare --spm_model {source.tokenizer}{flags} ...`."
         )
+    return None
 
 
 def _settings(manifest: Manifest) -> dict:
@@ -118,8 +142,3 @@ def place_params(params: dict, shardings) -> dict:
         return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
 
     return jax.tree.map(place, params, shardings)
-
-
-def _sha256(path: str) -> str:
-    with paths.as_path(path).open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -2,7 +2,8 @@
 
 `train` (and `train --dry_run`, which stops here) and `eval` call `check_run`. It gathers
 every problem it can find (config fields, the tokenizer's vocabulary against
-config.vocab_size, each split's size against the batch that reads it) and reports them
+config.vocab_size, each split's size against the batch that reads it, and with
+`--init_from` the source's architecture and tokenizer: check_run_from) and reports them
 all at once, one line each, naming the field or file and values that would work, so a new
 corpus or config takes one round of fixes, not one per compile.
 """
@@ -13,10 +14,17 @@ import ml_collections
 
 from xlnet_jax import paths
 from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
+from xlnet_jax.data.prepare_notes import split_need
 from xlnet_jax.data.staging import stage_corpus
-from xlnet_jax.errors import ConfigError, DataError
+from xlnet_jax.errors import ConfigError, DataError, XLNetJaxError
 from xlnet_jax.run import validate
 from xlnet_jax.run.fields import field_problem
+from xlnet_jax.run.init_from import (
+    Source,
+    architecture_problem,
+    load_source,
+    tokenizer_problem,
+)
 
 
 def check_run(
@@ -29,7 +37,34 @@ def check_run(
       num_devices: devices the mesh spans.
       evaluates: whether the validation split will be read (eval, or eval_every > 0).
     """
+    manifest, fingerprint, _ = check_run_from(config, num_devices, evaluates=evaluates)
+    return manifest, fingerprint
+
+
+def check_run_from(
+    config: ml_collections.ConfigDict,
+    num_devices: int,
+    *,
+    evaluates: bool,
+    init_from: str | None = None,
+) -> tuple[Manifest, str, Source | None]:
+    """check_run, and the params at `init_from` loaded and checked in the same round.
+
+    An unreadable source, another architecture or another tokenizer than the corpus's is
+    one more line among the config's and the corpus's problems (init_from.py).
+
+    Returns:
+      The manifest, its fingerprint and the source (None without init_from).
+    """
     problems = config_problems(config, num_devices)
+    source = None
+    if init_from:
+        try:
+            source = load_source(init_from)
+        except XLNetJaxError as e:
+            problems.append(str(e))
+        else:
+            problems += filter(None, [architecture_problem(source, config)])
     manifest = None
     if not config.corpus_dir:
         problems.append(
@@ -43,6 +78,8 @@ def check_run(
             problems.append(f"config.corpus_dir: {e}")
     if manifest is not None:
         problems += corpus_problems(config, manifest, evaluates=evaluates)
+        if source is not None:
+            problems += filter(None, [tokenizer_problem(source, manifest)])
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
@@ -50,7 +87,7 @@ def check_run(
         raise ConfigError(f"{len(problems)} problems with the config and corpus:\n{lines}")
     if paths.is_remote(config.corpus_dir):  # ArrayRecord reads local files: a verified copy
         manifest = stage_corpus(manifest)
-    return manifest, manifest_fingerprint(manifest)
+    return manifest, manifest_fingerprint(manifest), source
 
 
 def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
@@ -74,18 +111,6 @@ def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list
             except ArithmeticError:  # a later check divided by a field already reported
                 pass
     return list(dict.fromkeys(problems))
-
-
-def split_need(config: ml_collections.ConfigDict, split: str) -> int:
-    """Tokens `split` must hold: one batch of streams for train, eval_steps for validation.
-
-    Every stream of a batch starts reuse_len tokens apart in the split's ring of tokens
-    and reads a row of seq_len; an evaluation advances each stream eval_steps times, and
-    a smaller split would score the same text twice.
-    """
-    streams = config.batch_size // 2 if config.bi_data else config.batch_size
-    steps = config.eval_steps if split == "validation" else 1
-    return max(streams * config.reuse_len * steps, 2 * config.seq_len)
 
 
 def corpus_problems(

@@ -4,6 +4,7 @@ Checked before training starts, so an unusable workdir or a corpus that does not
 config stops the run in one line, before anything compiles.
 """
 
+import difflib
 import fcntl
 import os
 import shutil
@@ -96,3 +97,20 @@ def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock | Object
     check_free_space(str(root), checkpoint_bytes + MIN_FREE_BYTES, "training starts")
     lock = root / f".lock-process-{jax.process_index()}"
     return ObjectLease(str(lock)) if paths.is_remote(workdir) else WorkdirLock(str(lock))
+
+
+def require_existing(workdir: str) -> None:
+    """Raises WorkdirError naming `workdir` when it does not exist, with the directories
+    beside it whose names are close (a typo), for commands that read a run (eval)."""
+    root = paths.as_path(workdir)
+    if paths.retry(root.is_dir, f"checking {root}"):
+        return
+    parent = root.parent
+    if not paths.retry(parent.is_dir, f"checking {parent}"):
+        raise WorkdirError(f"Workdir {workdir} does not exist (nor does {parent}).")
+    names = [p.name for p in paths.retry(lambda: list(parent.iterdir()), f"listing {parent}")]
+    runs = sorted(n for n in names if not n.startswith(".") and (parent / n).is_dir())
+    close = difflib.get_close_matches(root.name, runs, n=3, cutoff=0.5)
+    nearby = close or runs[:5]
+    beside = f"; {parent} holds {', '.join(nearby)}" if nearby else f"; {parent} is empty"
+    raise WorkdirError(f"Workdir {workdir} does not exist{beside}.")

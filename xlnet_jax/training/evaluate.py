@@ -1,6 +1,13 @@
 """Held-out evaluation: the evaluator the training loop calls, and `xlnet-jax eval`.
 
 Training imports `make_evaluator` from here; evaluation never depends on the loop.
+
+`eval` scores a run's newest checkpoint on its own corpus (the result is recorded in the
+run's metrics.jsonl), or params on any corpus prepared with their tokenizer: a run's on
+another corpus, or an `--init_from` source (an HF directory, an import-hf output, a
+workdir), checked as `train --init_from` checks them; those results are printed only.
+Beside the loss come two context-free baselines, named for what they are
+(unigram_baselines).
 """
 
 import logging
@@ -13,10 +20,11 @@ import numpy as np
 
 from xlnet_jax import paths
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
-from xlnet_jax.data.corpus import unigram_entropy
-from xlnet_jax.data.manifest import Manifest
-from xlnet_jax.errors import CheckpointError
-from xlnet_jax.run.preflight import check_run
+from xlnet_jax.data.corpus import load_split
+from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
+from xlnet_jax.errors import CheckpointError, DataError
+from xlnet_jax.run.init_from import place_params
+from xlnet_jax.run.preflight import check_run, check_run_from
 from xlnet_jax.training import run_config, sharding
 from xlnet_jax.training.metrics import MetricsWriter, read_metrics
 from xlnet_jax.training.program import Program, build_program
@@ -63,6 +71,73 @@ def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
     return evaluate
 
 
+def unigram_baselines(manifest: Manifest, vocab_size: int) -> dict:
+    """What predictors that ignore all context score on the whole validation split, in nats.
+
+    Returns:
+      train_unigram_cross_entropy: the validation tokens' cross-entropy under the train
+        split's unigram distribution (add-one smoothed over the vocabulary, so a piece
+        unseen in train costs a finite amount): what a model that learned only the train
+        split's piece frequencies would score.
+      validation_unigram_entropy: the validation tokens' own unigram entropy, the best any
+        context-free predictor can score on them; the gap between the two is what the
+        train split's frequencies miss on this text.
+    """
+    train = np.bincount(load_split(manifest, "train").tokens, minlength=vocab_size)
+    held = np.bincount(load_split(manifest, "validation").tokens, minlength=vocab_size)
+    seen = held > 0
+    probs = held[seen] / held.sum()
+    train_probs = (train[seen] + 1.0) / (train.sum() + vocab_size)
+    return {
+        "train_unigram_cross_entropy": float(-(probs * np.log(train_probs)).sum()),
+        "validation_unigram_entropy": float(-(probs * np.log(probs)).sum()),
+    }
+
+
+def evaluate_run(
+    config: ml_collections.ConfigDict, workdir: str | None, init_from: str | None = None
+) -> dict:
+    """`xlnet-jax eval`: the run in `workdir` on its corpus, else the params of `init_from`
+    (or of `workdir`'s newest checkpoint) on config.corpus_dir.
+
+    Returns make_evaluator's result with "step" (None for a source without one),
+    "scored" (what was scored), "corpus", "recorded" (whether metrics.jsonl got it) and
+    unigram_baselines'.
+    """
+    if workdir is not None and init_from is None:
+        if run_config.newest_step(workdir) is None:
+            raise CheckpointError(f"{workdir} has no checkpoint to evaluate; train first.")
+        if _trained_on(workdir, config.corpus_dir):
+            return evaluate_workdir(config, workdir)
+    manifest, _, source = check_run_from(
+        config, jax.device_count(), evaluates=True, init_from=init_from or workdir
+    )
+    mesh = sharding.make_mesh(config)
+    with sharding.activate(mesh, config.logical_axis_rules):
+        program = build_program(config, mesh)
+        params = place_params(source.params, program.state_shardings.params)
+        result = make_evaluator(program, manifest.path)(params)
+    step = f" at step {source.step}" if source.step is not None else ""
+    result.update(step=source.step, scored=f"the {source.kind} {source.path}{step}")
+    result["recorded"] = False
+    result.update(corpus=manifest.path, **unigram_baselines(manifest, config.vocab_size))
+    return result
+
+
+def _trained_on(workdir: str, corpus_dir: str) -> bool:
+    """Whether corpus_dir holds the corpus the run in workdir was trained on (same
+    fingerprint; the same path when either manifest is unreadable, so that check_run
+    reports it)."""
+    saved = run_config.load(workdir)
+    if saved is None or saved.corpus_dir == corpus_dir:
+        return True
+    try:
+        run_corpus, corpus = load_manifest(saved.corpus_dir), load_manifest(corpus_dir)
+    except DataError:
+        return False
+    return manifest_fingerprint(run_corpus) == manifest_fingerprint(corpus)
+
+
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Restores the newest checkpoint and evaluates eval_steps validation batches.
 
@@ -94,12 +169,15 @@ def _evaluate(
     evaluate = make_evaluator(program, manifest.path)
     result = evaluate(state.params)
     result["step"] = int(jax.device_get(state.step))
-    result["unigram_entropy"] = unigram_entropy(manifest, config.vocab_size)
+    result.update(scored=f"the workdir {workdir} at step {result['step']}")
+    result["corpus"] = manifest.path
+    result.update(unigram_baselines(manifest, config.vocab_size))
     # Recorded unless training already evaluated this checkpoint: each step once in
     # metrics.jsonl. Appended, never rewritten: a run may be writing the file right now.
     recorded = (paths.as_path(workdir) / "metrics.jsonl").exists() and result["step"] in (
         read_metrics(workdir, kind="eval")
     )
+    result["recorded"] = True  # now or by training
     if not recorded:
         writer = MetricsWriter(workdir, enabled=jax.process_index() == 0)
         writer.write(

@@ -26,8 +26,8 @@ from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.model import flops
-from xlnet_jax.run.init_from import Source, check_source, load_source, place_params
-from xlnet_jax.run.preflight import check_run
+from xlnet_jax.run.init_from import Source, place_params
+from xlnet_jax.run.preflight import check_run_from
 from xlnet_jax.run.workdir import (
     MIN_FREE_BYTES,
     check_free_space,
@@ -229,7 +229,7 @@ def plan_run(
 
     A resumed run's config may differ from the one saved in WORKDIR/config.json only as
     run_config.check_rerun allows (schedule fields with change_schedule); the config and
-    corpus pass preflight.check_run; a new run's --init_from source fits both.
+    corpus pass preflight.check_run_from, with a new run's --init_from source, in one round.
     """
     step = run_config.newest_step(workdir)
     saved = run_config.load(workdir)
@@ -237,13 +237,12 @@ def plan_run(
         line = run_config.check_rerun(saved, config, step, change_schedule=change_schedule)
         if line:
             log.info(line)
-    manifest, fingerprint = check_run(config, jax.device_count(), evaluates=config.eval_every > 0)
-    source = None
     if init_from and step is not None:
         log.info("Resuming from step %d: --init_from %s is not used.", step, init_from)
-    elif init_from:
-        source = load_source(init_from)
-        check_source(source, config, manifest)
+        init_from = None
+    manifest, fingerprint, source = check_run_from(
+        config, jax.device_count(), evaluates=config.eval_every > 0, init_from=init_from
+    )
     return RunPlan(manifest, fingerprint, source)
 
 
