@@ -56,7 +56,7 @@ def documented_commands(text: str) -> list[str]:
         for line in block.replace("\\\n", " ").splitlines():
             line = line.strip().removeprefix("$ ")
             if line.startswith(PROGRAM + " "):
-                commands.append(" ".join(shlex.split(line, comments=True)))
+                commands.append(shlex.join(shlex.split(line, comments=True)))
     prose = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
     for span in re.findall(rf"`({PROGRAM} [^`]+)`", prose):
         words = span.split()
@@ -64,7 +64,7 @@ def documented_commands(text: str) -> list[str]:
             continue
         if words[-1].startswith("-") and "=" not in words[-1]:
             continue
-        commands.append(" ".join(shlex.split(span)))
+        commands.append(shlex.join(shlex.split(span)))
     return commands
 
 

@@ -48,6 +48,13 @@ NOT_RUN_HERE = {
     "xlnet-jax launch": "needs gcloud; the pod blocks below run their --dry-run exactly",
     "python benchmarks/accelerator_throughput.py": "needs a GPU or TPU; "
     "tests/test_benchmarks_smoke.py runs it at toy size on the CPU",
+    "python benchmarks/gpu_check.py": "needs an NVIDIA GPU for its figures; "
+    "tests/test_benchmarks_smoke.py runs its CPU smoke pass",
+    "python benchmarks/corpus_scale.py": "prepares a 50M-token corpus four times (minutes); "
+    "tests/test_benchmarks_smoke.py runs its --smoke",
+    "python3 -m venv": "makes a venv on a GPU machine (docs/gpus.md); scripts/venv.sh is "
+    "this suite's",
+    "python -c": "a one-line check on a GPU machine (docs/gpus.md)",
     "tensorboard": "a server that does not exit",
 }
 
