@@ -2,7 +2,8 @@
 trains on the XLA path; "pallas" stops with one ConfigError line.
 
 The step is traced for an H100 (kernels.mesh.target_device, as on a GPU mesh), so "auto"
-picks the kernel; on this CPU its lowering runs the kernel in interpret mode. XLA's compile
+picks the kernel; the backend is then asked for the interpreted kernel (this CPU cannot
+lower the Triton one for real), which is still a `pallas_call`. XLA's compile
 of any program holding the kernel (a `pallas_call` in its lowering) then raises what a GPU's
 compiler says when a tile overflows the shared memory; a program without it compiles.
 """
@@ -36,6 +37,12 @@ def kernel_fails(monkeypatch):
     """Traced for an H100; compiling a program that holds the kernel raises `kernel_fails.error`."""
     monkeypatch.setattr(kernel_mesh, "target_device", lambda: GPU)
     monkeypatch.setattr(xlnet, "target_device", lambda: GPU)
+    kernel = kernel_mesh.relative_attention
+
+    def interpreted(*args, platform: str, **kwargs):
+        return kernel(*args, platform="cpu", **kwargs)
+
+    monkeypatch.setattr(kernel_mesh, "relative_attention", interpreted)
     compile_lowered = jax.stages.Lowered.compile
     failure = type("Failure", (), {"error": SHARED_MEMORY, "kernel_compiles": 0})()
 

@@ -141,6 +141,7 @@ def test_cli_stops_before_compiling_naming_field_and_range(override, field, vali
             sys.executable, "-m", "xlnet_jax.cli", "train",
             "--config", "configs/tiny.py", "--workdir", str(workdir),
             "--config.vocab_size=500", f"--config.corpus_dir={small_corpus()}",
+            "--config.eval_steps=4",  # the small corpus's validation split holds 4 batches
             f"--config.{override}",
         ],
         capture_output=True, text=True, timeout=120,

@@ -102,7 +102,8 @@ def test_prepare_train_kill_resume_eval_export_on_gs(gcs, tmp_path):
         _cli(gcs, tmp_path, "eval", "--config", harness.CONFIG, "--workdir", workdir,
              "--num_cpu_devices=1", f"--config.corpus_dir={corpus}")
     )  # fmt: skip
-    assert "step 12: held-out PLM loss" in evaluated
+    assert "at step 12 on the validation split of gs://" in evaluated, evaluated[-2000:]
+    assert "held-out PLM loss" in evaluated
     assert read_metrics(workdir, kind="eval")[12]["loss"] > 0
 
     exported = _ok(_cli(gcs, tmp_path, "export-hf", workdir, "--out", export))

@@ -120,7 +120,7 @@ def evaluate_run(
     step = f" at step {source.step}" if source.step is not None else ""
     result.update(step=source.step, scored=f"the {source.kind} {source.path}{step}")
     result["recorded"] = False
-    result.update(corpus=manifest.path, **unigram_baselines(manifest, config.vocab_size))
+    result.update(corpus=config.corpus_dir, **unigram_baselines(manifest, config.vocab_size))
     return result
 
 
@@ -170,7 +170,7 @@ def _evaluate(
     result = evaluate(state.params)
     result["step"] = int(jax.device_get(state.step))
     result.update(scored=f"the workdir {workdir} at step {result['step']}")
-    result["corpus"] = manifest.path
+    result["corpus"] = config.corpus_dir  # as the user named it, not its staged copy
     result.update(unigram_baselines(manifest, config.vocab_size))
     # Recorded unless training already evaluated this checkpoint: each step once in
     # metrics.jsonl. Appended, never rewritten: a run may be writing the file right now.
