@@ -8,22 +8,33 @@ position and a checksum of every saved array, as JSON: parsed as data, never exe
 The meta and its compatibility rules are in checkpoint_meta.py, the checksums in
 checkpoint_checksums.py, single-device reads for export and tests in checkpoint_reader.py.
 
-Saves never hang the loop (the bounds are paths.RetryPolicy's): the loop waits at most
-`save_wait_s` for the save in flight before it starts the next one (or stops, or exits);
-a save that fails, or is still writing then, is reported in one line and training goes
-on, saving again at the next interval, until `failed_saves` saves in a row failed: then
-the run stops naming the newest complete step. orbax marks a step complete only once all
-of it is written (a rename, or commit_success.txt on object storage), so a failed save
-leaves no step that restores as complete. tensorstore's gcs driver retries each request
-with the policy's attempts and delays (`gcs_request_retries`).
+Saves never hang the loop; each phase has a deadline from paths.RetryPolicy:
+- the synchronous phase (orbax's directories and metadata, before save() returns) runs
+  under the policy's budget_s: its requests stop retrying then, each cut after at most
+  request_timeout_s;
+- the asynchronous write and its finalise (the arrays, the metadata, the commit marker) are
+  waited for at most save_wait_s, before the next save starts (or the run stops or exits);
+- the check that a step is complete (its marker) runs under paths.retry, within budget_s.
+A save that fails, or is still writing after save_wait_s, is reported in one line and
+training goes on, saving again at the next interval, until `failed_saves` saves in a row
+failed: then the run stops naming the newest complete step. orbax marks a step complete
+only once all of it is written (a rename, or commit_success.txt on object storage, written
+last), so a failed or given-up save leaves no step that restores as complete. tensorstore's
+gcs driver retries each request with the policy's attempts and delays
+(`gcs_request_retries`). In a training run on gs://, every write is also bounded by the
+workdir lease (run/fence.py): a save in flight when the lease can no longer be counted on
+dies uncommitted with its process.
 
-orbax 0.12 logs, rather than raises, an item that failed to commit: the save then ends with
-no error and no marker, and its finalize still deletes the step the save was to replace.
-So process 0 checks the marker itself, and only steps seen complete count towards
-`keep_checkpoints` (_KeepNewestComplete): a failed save never costs a good step, and the
-step a save replaces is deleted by the save after it, once the new one is known complete.
+orbax-checkpoint 0.12.8 raises a failed commit (e.g. a commit_success.txt write that
+failed) from `wait_until_finished`: _settle reports it as a failed save. Process 0 also
+checks the marker itself after a save that raised nothing, since on gs:// a save was seen
+to end neither committed nor failed (issue 35's e2e flake). Only steps seen complete count
+towards `keep_checkpoints` (_KeepNewestComplete): a failed save never costs a good step, and
+the step a save replaces is deleted by the save after it, once the new one is known
+complete.
 """
 
+import dataclasses
 import logging
 import math
 import re
@@ -124,15 +135,17 @@ class Checkpointer:
             **meta,
             "checksums": {"state": tree_checksums(items), "mems": tree_checksums(state.mems)},
         }
-        try:
-            self.manager.save(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(items),
-                    mems=ocp.args.StandardSave({"mems": state.mems}),
-                    meta=ocp.args.JsonSave(meta),
-                ),
-                force=True,
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(items),
+            mems=ocp.args.StandardSave({"mems": state.mems}),
+            meta=ocp.args.JsonSave(meta),
+        )
+        try:  # the synchronous phase, once, its requests retried within budget_s
+            paths.retry(
+                lambda: self.manager.save(step, args=args, force=True),
+                f"starting the checkpoint save of step {step}",
+                policy=dataclasses.replace(self._policy, attempts=1),
+                deadline=time.monotonic() + self._policy.budget_s,
             )
         except Exception as e:  # noqa: BLE001 - the synchronous part failed (a storage error)
             self._failed(step, one_line(e))

@@ -17,17 +17,22 @@ would expire (TTL after the newest renewal was sent, less TTL/6); a renewal whos
 landed but whose reply was lost meets 412 on its retry, finds its own token in the object
 and carries on. The holder counts itself lost once that time passes without a renewal, or
 on any error it cannot retry, or when another run took the lease over: `check()` then
-raises and the run stops before its next save, whatever state the renewal thread is in.
+raises, whatever state the renewal thread is in. `safe_until` is that moment; a training
+run fences every write of its own by it (fence.py).
 
 What it guarantees: two live runs never both hold one lease: a taker needs the lease
 unrenewed for TTL, and the holder stops counting on it TTL/6 before that. Staleness
 compares GCS's clock with this host's: hosts need clocks within a few seconds of true
 time, as on Google Cloud VMs.
+
+The TTL is 90 s; $XLNET_JAX_LEASE_TTL sets another (seconds, e.g. 12 in the tests that hold
+an outage longer than it).
 """
 
 import datetime
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -37,20 +42,52 @@ import uuid
 import gcsfs
 
 from xlnet_jax import paths
-from xlnet_jax.errors import StorageError, WorkdirError
+from xlnet_jax.errors import ConfigError, StorageError, WorkdirError
 
 log = logging.getLogger(__name__)
 
 TTL_SECONDS = 90.0
+TTL_ENV = "XLNET_JAX_LEASE_TTL"
+
+
+class LeaseLostError(StorageError, WorkdirError):
+    """This run can no longer be sure it holds its workdir lease: it writes nothing more.
+
+    A StorageError, so the CLI exits with the storage exit code and `launch run` pauses
+    and trains again (resuming), as after any storage fault.
+    """
+
+
+def lease_ttl() -> float:
+    """The lease TTL in seconds: $XLNET_JAX_LEASE_TTL if set, else TTL_SECONDS."""
+    text = os.environ.get(TTL_ENV, "").strip()
+    if not text:
+        return TTL_SECONDS
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = math.nan
+    if not (math.isfinite(ttl) and ttl >= 1):
+        raise ConfigError(
+            f"${TTL_ENV}={text!r}: the workdir lease's TTL must be a number of seconds >= 1 "
+            f"(default {TTL_SECONDS:g}); unset it or fix it."
+        )
+    return ttl
+
+
 _BOUNDARY = "xlnet-jax-lease"
 
 
 class ObjectLease:
     """Holds the lease at `url` (gs://bucket/key) until release(), renewing it in a thread."""
 
-    def __init__(self, url: str, ttl: float = TTL_SECONDS):
-        self.url, self._ttl = url, ttl
-        self._fs = gcsfs.GCSFileSystem()
+    def __init__(self, url: str, ttl: float | None = None):
+        self.url = url
+        self._ttl = lease_ttl() if ttl is None else ttl
+        ttl = self._ttl
+        # A filesystem of its own, so that fence.py can tell the lease's requests (which
+        # must go on while the run's other writes are fenced) from every other one.
+        self._fs = gcsfs.GCSFileSystem(skip_instance_cache=True)
         self._bucket, self._key, _ = self._fs.split_path(url)
         self._token = uuid.uuid4().hex
         self._body = json.dumps(
@@ -190,20 +227,35 @@ class ObjectLease:
         self._valid_until = sent + self._ttl
 
     def _lose(self, reason: str) -> None:
+        """Records why the lease is lost; check() (or the fence) says it, in one line."""
         if self._lost is None:
             self._lost = reason
-            log.error("Lost the workdir lease %s: %s.", self.url, reason)
+
+    @property
+    def safe_until(self) -> float:
+        """The time.monotonic() until which this holder is sure it holds the lease: the
+        newest renewal's send time + TTL, less TTL/6 for clock skew and requests in flight."""
+        return self._valid_until - self._ttl / 6
+
+    @property
+    def filesystem(self) -> gcsfs.GCSFileSystem:
+        """The filesystem the lease's own requests go through (never fenced)."""
+        return self._fs
+
+    def lost(self) -> str | None:
+        """Why this holder can no longer be sure it holds the lease, or None."""
+        if self._lost is None and time.monotonic() > self.safe_until:
+            self._lose(f"not renewed for {self._ttl * 5 / 6:.0f} s; another run may take it")
+        return self._lost
 
     def check(self) -> None:
-        """Raises WorkdirError if the lease was lost or is near expiry unrenewed, so the run
-        stops before writing more."""
-        if self._lost is None and time.monotonic() > self._valid_until - self._ttl / 6:
-            self._lose(f"not renewed for {self._ttl * 5 / 6:.0f} s; another run may take it")
-        if self._lost:
-            raise WorkdirError(
-                f"The workdir lease {self.url} was lost ({self._lost}); stopping before the "
-                "next save. Rerun when the other run is gone or storage answers: training "
-                "resumes."
+        """Raises LeaseLostError if the lease was lost or is near expiry unrenewed, so the
+        run writes nothing more."""
+        if self.lost():
+            raise LeaseLostError(
+                f"The workdir lease {self.url} was lost ({self._lost}); this run writes "
+                "nothing more to the workdir. Rerun when the other run is gone or storage "
+                "answers: training resumes from the newest complete checkpoint."
             )
 
     def release(self) -> None:

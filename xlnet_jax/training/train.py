@@ -26,6 +26,7 @@ from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.model import flops
+from xlnet_jax.run.fence import Fence
 from xlnet_jax.run.init_from import Source, place_params
 from xlnet_jax.run.preflight import check_run_from
 from xlnet_jax.run.workdir import (
@@ -284,6 +285,9 @@ def _train(
     with contextlib.ExitStack() as cleanup:
         lock = prepare_workdir(workdir, checkpoint_bytes)
         cleanup.callback(lock.release)
+        # From here on no write outlives the lease (fence.py); closed after the last write.
+        fence = Fence.around(lock)
+        cleanup.callback(fence.close)
         checkpointer = Checkpointer(workdir, config)
         cleanup.callback(checkpointer.close)
         state = checkpointer.restore(program.abstract_state, config, fingerprint)
@@ -303,6 +307,7 @@ def _train(
             state = state.replace(mems=program.zero_mems())
         start_step = int(jax.device_get(state.step))
         if primary:
+            fence.check()
             run_config.save(workdir, config)
         if start_step >= config.num_train_steps:
             log.info(
@@ -383,10 +388,11 @@ def _train(
                 )
                 interval_start = time.time()
             if save:
-                lock.check()
+                fence.check()
                 needed = checkpoint_bytes + MIN_FREE_BYTES
                 check_free_space(workdir, needed, f"saving step {done}")
                 writer.sync()  # a checkpoint never outruns the metrics a resume keeps
+                fence.check()  # the sync may have waited out the lease
                 if checkpointer.save(state, make_meta(config, fingerprint, done)):
                     last_saved = done
             if stop:

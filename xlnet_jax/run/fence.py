@@ -1,0 +1,140 @@
+"""Fencing: once a training run cannot be sure it still holds its workdir lease, nothing it
+writes reaches storage.
+
+The lease (lease.py) knows the last moment its holder is sure of it, `safe_until`: the
+newest renewal's send time + TTL, less TTL/6. Another run takes the lease over only once
+it went unrenewed for a whole TTL, so before that moment nobody else writes the workdir;
+after it, somebody may. A `Fence` around a training run's lease enforces the moment on
+everything the process writes:
+
+- Every write request gcsfs sends (orbax's metadata and commit marker, the metrics and
+  TensorBoard uploads, the run config), from any thread, is refused once the moment has
+  passed and cut if it is still in flight or retrying then: each is bounded by the lease
+  time that remains. The lease's own requests use a filesystem of their own, not fenced.
+- tensorstore writes orbax's arrays from native threads that Python cannot recall. So at
+  that moment (a watchdog thread), or as soon as the lease is known lost (another run took
+  it over, an error that cannot be retried), the process ends at once: one line, and the
+  storage exit code, on which `launch run` pauses and trains again. A save in flight dies
+  with it uncommitted: orbax writes its commit marker last, and through gcsfs.
+- The loop also checks before each write phase (the run config, the metrics sync, a
+  save's start) and ends the run the same way, rather than starting a write it would cut.
+
+Why end the run rather than wait and go on if the lease proves still ours (its generation
+unchanged when storage answers again): while storage is out, nobody can tell us whether a
+taker has come; writes already queued in tensorstore's retries would land whenever storage
+answers, possibly over the taker's. Only ending the process removes them all. The rerun
+re-reads the lease: on the same host its holder is gone, so it resumes at once; elsewhere
+after the TTL; either way from the newest complete checkpoint, bit for bit. The cost is one
+restart after an outage of more than 5/6 of the TTL.
+"""
+
+import asyncio
+import functools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import gcsfs.core
+
+from xlnet_jax.errors import STORAGE_EXIT_CODE
+from xlnet_jax.run.lease import LeaseLostError, ObjectLease
+from xlnet_jax.run.workdir import WorkdirLock
+
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_active: "Fence | None" = None  # the fence of this process's run, if it holds a lease
+
+
+def end_process(message: str) -> None:
+    """Says `message` in one line and ends the process with the storage exit code, with
+    every thread in it: nothing it queued reaches storage afterwards."""
+    sys.stdout.flush()
+    sys.stderr.write(f"xlnet-jax train: error: {message}\n")
+    sys.stderr.flush()
+    os._exit(STORAGE_EXIT_CODE)
+
+
+class Fence:
+    """Bounds this process's writes by its workdir lease; see the module docstring.
+
+    A local workdir's flock cannot be lost: around it (lease None) the fence does nothing.
+    """
+
+    def __init__(self, lease: ObjectLease | None, on_lost: Callable[[str], None] = end_process):
+        global _active
+        self.lease, self._on_lost = lease, on_lost
+        self._closed = threading.Event()
+        if lease is None:
+            return
+        _fence_gcsfs_writes()
+        _active = self
+        self._watchdog = threading.Thread(target=self._watch, daemon=True, name="lease-fence")
+        self._watchdog.start()
+
+    @classmethod
+    def around(cls, lock: WorkdirLock | ObjectLease) -> "Fence":
+        """The fence for the lock prepare_workdir returned."""
+        return cls(lock if isinstance(lock, ObjectLease) else None)
+
+    def remaining(self) -> float:
+        """Seconds left in which this process may still write; <= 0 once it may not."""
+        if self.lease is None:
+            return float("inf")
+        if self.lease.lost():  # sticky: once lost, never valid again
+            return -1.0
+        return max(self.lease.safe_until - time.monotonic(), 1e-3)
+
+    def check(self) -> None:
+        """Before a write phase: ends the run (on_lost) if the lease can no longer be
+        counted on. LeaseLostError where on_lost returns (tests)."""
+        if self.remaining() <= 0:
+            error = self._error()
+            self._on_lost(str(error))
+            raise error
+
+    def close(self) -> None:
+        """Stops fencing (after the run's last write, before the lease is released)."""
+        global _active
+        self._closed.set()
+        if _active is self:
+            _active = None
+
+    def _error(self) -> LeaseLostError:
+        try:
+            self.lease.check()
+        except LeaseLostError as e:
+            return e
+        raise AssertionError("the fence fired while the lease is valid")
+
+    def _watch(self) -> None:
+        while not self._closed.wait(min(max(self.remaining(), 0.0), 0.5)):
+            if self.remaining() <= 0 and not self._closed.is_set():
+                self._on_lost(str(self._error()))
+                return
+
+
+def _fence_gcsfs_writes() -> None:
+    """Bounds every write request gcsfs sends by the active fence (idempotent); the retries
+    of paths.py run inside the bound."""
+    request = gcsfs.core.GCSFileSystem._request
+    if getattr(request, "fenced", False):
+        return
+
+    @functools.wraps(request)
+    async def fenced(self, method, *args, **kwargs):
+        fence = _active
+        if fence is None or method.upper() not in _MUTATING or self is fence.lease.filesystem:
+            return await request(self, method, *args, **kwargs)
+        remaining = fence.remaining()
+        if remaining <= 0:
+            raise fence._error()
+        try:
+            return await asyncio.wait_for(request(self, method, *args, **kwargs), remaining)
+        except TimeoutError:
+            if fence.remaining() <= 0:
+                raise fence._error() from None
+            raise
+
+    fenced.fenced = True
+    gcsfs.core.GCSFileSystem._request = fenced
