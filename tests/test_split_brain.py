@@ -9,18 +9,15 @@ proxy notes when it forwarded each request, so "A wrote nothing" is counted wher
 writes would land, not inferred from A's own log.
 """
 
-import contextlib
 import subprocess
 import sys
 import tempfile
 import time
 
-import gcsfs
-from etils.epath import backend
-
-from tests import gcs_emulator, gcs_faults
+from tests import gcs_emulator
 from tests import train_harness as harness
 from tests.gcs_faults import Fault
+from tests.split_storage import MUTATING, clients_at, two_paths
 from xlnet_jax import paths
 from xlnet_jax.errors import STORAGE_EXIT_CODE
 from xlnet_jax.run.lease import TTL_ENV
@@ -29,35 +26,8 @@ from xlnet_jax.training.metrics import read_metrics
 BUCKET = "xlnet-split-brain"
 WORKDIR = f"gs://{BUCKET}/run"
 TTL_S = 10  # A counts its lease lost at most 5/6 of this after its last renewal
-OUTAGE_S = 30  # longer than the TTL, and still on while B takes over
+OUTAGE_S = 20  # longer than the TTL, and still on while B takes over
 RETRY = "first_delay_s=0.2,max_delay_s=1,budget_s=60"
-_MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
-
-
-class RecordingProxy(gcs_faults.FaultProxy):
-    """A FaultProxy that notes each request it forwards upstream: (time, method, URL)."""
-
-    def __init__(self, *args, **kwargs):
-        self.forwarded: list[tuple[float, str, str]] = []
-        super().__init__(*args, **kwargs)
-
-    async def _forward(self, request, body):
-        self.forwarded.append((time.monotonic(), request.method, str(request.rel_url)))
-        return await super()._forward(request, body)
-
-
-@contextlib.contextmanager
-def _two_paths():
-    """One emulator; a recording proxy for A (resumable uploads point at it) and one for B."""
-    port_a, port_b = gcs_faults._free_port(), gcs_faults._free_port()
-    with gcs_emulator.running(BUCKET, external_url=f"http://127.0.0.1:{port_a}") as upstream:
-        proxy_a = RecordingProxy(upstream, port_a)
-        proxy_b = gcs_faults.FaultProxy(upstream, port_b)
-        try:
-            yield upstream, proxy_a, proxy_b
-        finally:
-            proxy_a.close()
-            proxy_b.close()
 
 
 def _train(proxy_url: str, cwd, name: str, slow: float = 0.0) -> subprocess.Popen:
@@ -91,32 +61,15 @@ def _until(condition, timeout: float, what: str, *alive: subprocess.Popen) -> No
         time.sleep(0.05)
 
 
-@contextlib.contextmanager
-def _reading(url: str):
-    """This process reads gs:// from `url`, through filesystems made for it (gcsfs and
-    etils keep one per process, pointed wherever the first was)."""
-
-    def forget():
-        backend.fsspec_backend._get_filesystem.cache_clear()
-        gcsfs.GCSFileSystem.clear_instance_cache()
-
-    forget()
-    try:
-        with gcs_emulator.pointed_at(url):
-            yield
-    finally:
-        forget()
-
-
 def test_a_run_cut_off_past_its_lease_writes_nothing_more_and_the_taker_is_bit_exact():
     cwd = harness.pathlib.Path(tempfile.mkdtemp(prefix="xlnet-split-brain-"))
-    with _two_paths() as (upstream, proxy_a, proxy_b):
+    with two_paths(BUCKET) as (upstream, proxy_a, proxy_b):
         # A's first array write of step 6's save starts its outage; steps 7+ train on.
         outage = proxy_a.add(
             Fault("outage", outage_s=OUTAGE_S, times=1, classes=("write", "chunk"),
                   match="run/checkpoints/6/")
         )  # fmt: skip
-        run_a = _train(proxy_a.url, cwd, "a", slow=0.5)
+        run_a = _train(proxy_a.url, cwd, "a", slow=0.2)
         _until(lambda: outage.times == 0, 300, "A's save of step 6", run_a)
         cut_off = proxy_a._outage_until - OUTAGE_S
         # B starts once A's lease is stale by any rule (unrenewed for a TTL).
@@ -129,11 +82,11 @@ def test_a_run_cut_off_past_its_lease_writes_nothing_more_and_the_taker_is_bit_e
         assert "Resumed from step 3" in output_b, output_b[-3000:]
         # A's storage comes back; whatever A still had queued would be sent now.
         _until(lambda: not proxy_a.in_outage(), OUTAGE_S + 60, "the end of A's outage")
-        time.sleep(3)
+        time.sleep(2)
         run_a.wait(timeout=120)
         output_a = _output(run_a)
         late = [(t - cut_off, m, u) for t, m, u in proxy_a.forwarded if t >= cut_off]
-        assert not [w for w in late if w[1] in _MUTATING], late
+        assert not [w for w in late if w[1] in MUTATING], late
         assert run_a.returncode == STORAGE_EXIT_CODE, output_a[-3000:]
         last = output_a.strip().splitlines()[-1]
         assert last.startswith("xlnet-jax train: error: The workdir lease gs://"), last
@@ -141,7 +94,7 @@ def test_a_run_cut_off_past_its_lease_writes_nothing_more_and_the_taker_is_bit_e
         assert proxy_a.injected("outage") >= 1 and proxy_b.injected() == 0
 
         reference = harness.reference_run()
-        with _reading(upstream):
+        with clients_at(upstream):
             got = {step: r["loss"] for step, r in read_metrics(WORKDIR).items()}
             final = harness.checkpoint_arrays(WORKDIR, 12)
         want = {step: r["loss"] for step, r in read_metrics(str(reference)).items()}

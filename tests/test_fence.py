@@ -1,0 +1,131 @@
+"""The fence (xlnet_jax/run/fence.py) in one process, through the fault proxy: once the
+lease can no longer be counted on, a write is refused before it is sent, a write retrying
+through the outage is cut at that moment (not at its retry budget), the watchdog and
+check() report it in one line; the lease's own requests and reads are not fenced. The
+TTL's environment variable is checked."""
+
+import threading
+import time
+
+import pytest
+
+from tests import gcs_emulator, gcs_faults
+from tests.split_storage import clients_at
+from xlnet_jax import paths
+from xlnet_jax.errors import ConfigError, StorageError
+from xlnet_jax.run import lease as lease_module
+from xlnet_jax.run.fence import Fence
+from xlnet_jax.run.lease import LeaseLostError, ObjectLease
+
+BUCKET = "xlnet-fence"
+ROOT = f"gs://{BUCKET}"
+TTL_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    retry = "first_delay_s=0.1,max_delay_s=0.5,budget_s=60"
+    port = gcs_faults._free_port()
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        gcs_emulator.running(BUCKET, external_url=f"http://127.0.0.1:{port}") as upstream,
+    ):
+        proxy = gcs_faults.FaultProxy(upstream, port)
+        patch.setenv(paths.RETRY_ENV, retry)
+        try:
+            with clients_at(proxy.url):
+                yield proxy
+        finally:
+            proxy.close()
+
+
+pytestmark = pytest.mark.usefixtures("fresh_proxy")
+
+
+def _fenced(url: str):
+    """A lease at `url` and a fence around it that records, not exits, when it fires."""
+    holder = ObjectLease(url, ttl=TTL_S)
+    fired: list[str] = []
+    return holder, Fence(holder, on_lost=fired.append), fired
+
+
+def test_a_write_is_cut_at_the_lease_deadline_and_refused_after_it(proxy):
+    holder, fence, fired = _fenced(f"{ROOT}/cut/.lock")
+    target = paths.as_path(f"{ROOT}/cut/metrics.jsonl")
+    try:
+        target.write_bytes(b"before")  # a healthy write passes the fence
+        proxy.outage(TTL_S * 4)
+        outcome = {}
+
+        def write():  # retries through the outage: its budget (60 s) outlasts the lease
+            started = time.monotonic()
+            try:
+                paths.retry(lambda: target.write_bytes(b"after"), "writing the metrics")
+            except Exception as e:  # noqa: BLE001 - the test checks which
+                outcome["error"] = e
+            outcome["seconds"] = time.monotonic() - started
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join(timeout=TTL_S * 3)
+        assert not writer.is_alive(), "the write outlived the lease"
+        assert isinstance(outcome["error"], LeaseLostError), outcome
+        assert outcome["seconds"] < TTL_S * 3
+        deadline = time.monotonic() + 10
+        while not fired:  # the watchdog, at the same moment
+            assert time.monotonic() < deadline, "the watchdog did not fire"
+            time.sleep(0.05)
+        assert len(fired) == 1 and "was lost (storage did not answer" in fired[0]
+        assert "\n" not in fired[0]
+        with pytest.raises(LeaseLostError, match="writes nothing more"):
+            fence.check()
+        assert len(fired) == 2
+        proxy.clear()  # storage answers again; the lease stays lost and writes stay fenced
+        sent = proxy.requests["write"]
+        with pytest.raises(LeaseLostError):
+            target.write_bytes(b"late")
+        assert proxy.requests["write"] == sent, "a fenced write reached the proxy"
+        assert target.read_bytes() == b"before"  # reads are not fenced
+    finally:
+        fence.close()
+        holder.release()
+    target.write_bytes(b"unfenced")  # a closed fence fences nothing
+    assert target.read_bytes() == b"unfenced"
+
+
+def test_the_lease_renews_through_the_fence_and_writes_go_on(proxy):
+    holder, fence, fired = _fenced(f"{ROOT}/renewing/.lock")
+    try:
+        generation, deadline = holder._generation, time.monotonic() + 30
+        while holder._generation == generation:  # a renewal at TTL/3 passes the fence
+            assert time.monotonic() < deadline and not fired
+            time.sleep(0.05)
+        time.sleep(TTL_S)  # past the first renewal's TTL: only renewals keep it valid
+        fence.check()
+        paths.as_path(f"{ROOT}/renewing/config.json").write_bytes(b"{}")
+        assert not fired
+    finally:
+        fence.close()
+        holder.release()
+    assert not paths.as_path(f"{ROOT}/renewing/.lock").exists()
+
+
+def test_a_local_workdir_is_not_fenced():
+    fence = Fence(None, on_lost=pytest.fail)
+    fence.check()
+    assert fence.remaining() == float("inf")
+    fence.close()
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "ten"])
+def test_a_bad_lease_ttl_is_one_line_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv(lease_module.TTL_ENV, value)
+    with pytest.raises(ConfigError, match=rf"\$XLNET_JAX_LEASE_TTL='{value}'.*seconds >= 1"):
+        lease_module.lease_ttl()
+
+
+def test_the_lease_ttl_comes_from_the_environment(monkeypatch):
+    assert lease_module.lease_ttl() == lease_module.TTL_SECONDS
+    monkeypatch.setenv(lease_module.TTL_ENV, "12.5")
+    assert lease_module.lease_ttl() == 12.5
+    assert issubclass(LeaseLostError, StorageError)  # the CLI's storage exit code
