@@ -1,7 +1,6 @@
-"""One emulator behind two paths, for tests where two runs see storage differently: a
-recording fault proxy for one (it notes every request it forwards, so a test counts the
-writes that reached storage), a plain one for the other; and this process's gs:// clients
-made afresh for a given emulator."""
+"""One emulator behind two paths, for tests where two runs see storage differently: two
+fault proxies that note every request they forward (a test counts the writes of one run
+that reached storage); and this process's gs:// clients made afresh for a given emulator."""
 
 import contextlib
 import time
@@ -15,8 +14,10 @@ from tests import gcs_emulator, gcs_faults
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-class RecordingProxy(gcs_faults.FaultProxy):
-    """A FaultProxy that notes each request it forwards upstream: (time, method, URL)."""
+class PathProxy(gcs_faults.FaultProxy):
+    """A FaultProxy that notes each request it forwards upstream, (time, method, URL), and
+    points the emulator's resumable-upload locations back at itself: each run's uploads
+    stay on its own path."""
 
     def __init__(self, *args, **kwargs):
         self.forwarded: list[tuple[float, str, str]] = []
@@ -24,21 +25,25 @@ class RecordingProxy(gcs_faults.FaultProxy):
 
     async def _forward(self, request, body):
         self.forwarded.append((time.monotonic(), request.method, str(request.rel_url)))
-        return await super()._forward(request, body)
+        status, headers, content = await super()._forward(request, body)
+        for name, value in headers.items():
+            if name.lower() == "location":
+                headers[name] = value.replace(self.upstream, self.url)
+        return status, headers, content
 
 
 @contextlib.contextmanager
-def two_paths(bucket: str) -> Iterator[tuple[str, "RecordingProxy", gcs_faults.FaultProxy]]:
-    """One emulator; a recording proxy for A (resumable uploads point at it) and one for B."""
-    port_a, port_b = gcs_faults._free_port(), gcs_faults._free_port()
-    with gcs_emulator.running(bucket, external_url=f"http://127.0.0.1:{port_a}") as upstream:
-        proxy_a = RecordingProxy(upstream, port_a)
-        proxy_b = gcs_faults.FaultProxy(upstream, port_b)
+def two_paths(bucket: str) -> Iterator[tuple[str, PathProxy, PathProxy]]:
+    """One emulator with `bucket`, reached through two proxies; yields (its URL, the
+    proxies)."""
+    with gcs_emulator.running(bucket) as upstream:
+        first = PathProxy(upstream, gcs_faults._free_port())
+        second = PathProxy(upstream, gcs_faults._free_port())
         try:
-            yield upstream, proxy_a, proxy_b
+            yield upstream, first, second
         finally:
-            proxy_a.close()
-            proxy_b.close()
+            first.close()
+            second.close()
 
 
 @contextlib.contextmanager

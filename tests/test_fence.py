@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests import gcs_emulator, gcs_faults
+from tests import gcs_faults
 from tests.split_storage import clients_at
 from xlnet_jax import paths
 from xlnet_jax.errors import ConfigError, StorageError
@@ -25,18 +25,13 @@ TTL_S = 3.0
 @pytest.fixture(scope="module")
 def proxy():
     retry = "first_delay_s=0.1,max_delay_s=0.5,budget_s=60"
-    port = gcs_faults._free_port()
     with (
         pytest.MonkeyPatch.context() as patch,
-        gcs_emulator.running(BUCKET, external_url=f"http://127.0.0.1:{port}") as upstream,
+        gcs_faults.running(bucket=BUCKET) as proxy,
+        clients_at(proxy.url),
     ):
-        proxy = gcs_faults.FaultProxy(upstream, port)
         patch.setenv(paths.RETRY_ENV, retry)
-        try:
-            with clients_at(proxy.url):
-                yield proxy
-        finally:
-            proxy.close()
+        yield proxy
 
 
 pytestmark = pytest.mark.usefixtures("fresh_proxy")

@@ -4,9 +4,9 @@ trains to the end. A sends no write after its outage starts and exits with the s
 code in one line; B's final checkpoint and every logged loss equal an uninterrupted run's,
 bit for bit.
 
-A and B reach one emulator through two fault proxies: A's holds the outage, B's none. A's
-proxy notes when it forwarded each request, so "A wrote nothing" is counted where the
-writes would land, not inferred from A's own log.
+A and B reach one emulator through two fault proxies (tests/split_storage.py): A's holds
+the outage, B's none. A's proxy notes when it forwarded each request, so "A wrote nothing"
+is counted where the writes would land, not inferred from A's own log.
 """
 
 import subprocess
