@@ -159,8 +159,8 @@ def test_a_step_unreadable_for_a_storage_error_is_skipped_but_never_moved(proxy,
 
 
 def test_a_save_whose_marker_is_never_written_fails_and_costs_no_good_step(proxy, caplog):
-    # orbax logs this failure instead of raising it, and its finalize still deletes the
-    # step the save was to replace: with keep_checkpoints=1 that was the only good one.
+    # orbax 0.12.8 raises this failure from wait_until_finished; the step the save was to
+    # replace must outlive it: with keep_checkpoints=1 it is the only good one.
     workdir = f"{ROOT}/ckpt-no-marker"
     config = train_config.get_config()
     config.keep_checkpoints = 1
