@@ -12,10 +12,10 @@ import pytest
 from tests import gcs_faults
 from tests.split_storage import clients_at
 from xlnet_jax import paths
-from xlnet_jax.errors import ConfigError, StorageError
+from xlnet_jax.errors import ConfigError, LeaseLostError, StorageError
 from xlnet_jax.run import lease as lease_module
 from xlnet_jax.run.fence import Fence
-from xlnet_jax.run.lease import LeaseLostError, ObjectLease
+from xlnet_jax.run.lease import ObjectLease
 
 BUCKET = "xlnet-fence"
 ROOT = f"gs://{BUCKET}"

@@ -65,3 +65,8 @@ class StorageError(XLNetJaxError, RuntimeError):
 class SavesFailedError(StorageError, CheckpointError):
     """Checkpoint saves failed too often in a row, or one outlasted its wait: the run stops
     and a rerun resumes from the newest complete step."""
+
+
+class LeaseLostError(StorageError, WorkdirError):
+    """This run can no longer be sure it holds its workdir lease (run/lease.py): it writes
+    nothing more, and a rerun (`launch run` pauses and trains again) resumes."""

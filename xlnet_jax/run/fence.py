@@ -38,8 +38,8 @@ from collections.abc import Callable
 
 import gcsfs.core
 
-from xlnet_jax.errors import STORAGE_EXIT_CODE
-from xlnet_jax.run.lease import LeaseLostError, ObjectLease
+from xlnet_jax.errors import STORAGE_EXIT_CODE, LeaseLostError
+from xlnet_jax.run.lease import ObjectLease
 from xlnet_jax.run.workdir import WorkdirLock
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -42,20 +42,12 @@ import uuid
 import gcsfs
 
 from xlnet_jax import paths
-from xlnet_jax.errors import ConfigError, StorageError, WorkdirError
+from xlnet_jax.errors import ConfigError, LeaseLostError, StorageError, WorkdirError
 
 log = logging.getLogger(__name__)
 
 TTL_SECONDS = 90.0
 TTL_ENV = "XLNET_JAX_LEASE_TTL"
-
-
-class LeaseLostError(StorageError, WorkdirError):
-    """This run can no longer be sure it holds its workdir lease: it writes nothing more.
-
-    A StorageError, so the CLI exits with the storage exit code and `launch run` pauses
-    and trains again (resuming), as after any storage fault.
-    """
 
 
 def lease_ttl() -> float:
