@@ -3,6 +3,7 @@
   fields.py, validate.py  per-field and relational config checks (one line each)
   preflight.py            corpus, manifest and config checks before compiling
   workdir.py, lease.py    the workdir and its single-writer lease
+  fence.py                no write of the run outlives its lease
   init_from.py            params from HF weights, an import or another run
 May import checkpoint, objective, model, data and the base modules.
 """
