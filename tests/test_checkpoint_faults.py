@@ -122,15 +122,25 @@ def test_failed_saves_in_a_row_stop_the_run_naming_the_newest_complete_step(prox
 def test_a_stalled_save_is_given_up_after_its_bound(proxy, monkeypatch, caplog):
     monkeypatch.setenv(paths.RETRY_ENV, FAST.replace("save_wait_s=20", "save_wait_s=0.5"))
     checkpointer = Checkpointer(f"{ROOT}/ckpt-stall", CONFIG)
-    proxy.add(Fault("stall", stall_s=4, classes=("write", "chunk"), times=1, match="ckpt-stall"))
-    start = time.monotonic()
+    stall = Fault("stall", stall_s=10, classes=("write", "chunk"), times=1, match="ckpt-stall")
+    proxy.add(stall)
     assert _save(checkpointer, 1)
+    deadline = time.monotonic() + 60
+    while stall.times:  # the save's write is now held by the proxy for stall_s
+        assert time.monotonic() < deadline, "the save wrote nothing"
+        time.sleep(0.05)
+    waits = []
     with caplog.at_level(logging.ERROR, logger="xlnet_jax"):
+        start = time.monotonic()
         assert not _save(checkpointer, 2)  # step 1 still writing: step 2 is not started
+        waits.append(time.monotonic() - start)
     assert any("still writing after 0.5 s" in r.getMessage() for r in caplog.records)
+    start = time.monotonic()
     with pytest.raises(SavesFailedError, match="still writing after 0.5 s.*gave it up"):
         checkpointer.close()
-    assert time.monotonic() - start < 3  # the loop and the exit waited 0.5 s each, not 4
+    waits.append(time.monotonic() - start)
+    # The loop and the exit each waited about save_wait_s, never out the stall.
+    assert max(waits) < stall.stall_s / 2, waits
     np.testing.assert_equal(proxy.injected("stall"), 1)
     checkpointer.manager.wait_until_finished()  # let the stalled write end before teardown
     checkpointer.manager.close()
