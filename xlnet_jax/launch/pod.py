@@ -203,8 +203,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "setup",
         "install the project on every worker",
         f"Ships the committed tree (git archive HEAD of --source) with scp, or clones --repo,\n"
-        f"into {remote.PROJECT_DIR} on every worker, then `pip install -e .[tpu]` into the\n"
-        f"venv {remote.VENV} (created once with --python, installed from apt if missing).\n"
+        f"into {remote.PROJECT_DIR} on every worker, then `pip install -c CONSTRAINTS -e .[tpu]`\n"
+        f"into the venv {remote.VENV} (created once per --python, installed from apt if\n"
+        f"missing). CONSTRAINTS is {remote.constraints_file('python3.XY')}, the exact versions\n"
+        f"CI tests on for that Python, so every worker, recreated or not, gets the same ones.\n"
         f"Uncommitted changes are not shipped: a tree with any is refused, naming them,\n"
         f"unless --allow-dirty. Rerun after every commit.",
     )
