@@ -17,6 +17,8 @@ from xlnet_jax.launch import commands, job, local, names, remote, runner, versio
 
 PROG = "xlnet-jax launch"
 STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
+# `train` flags that `launch train` and `launch run` pass on, as the --config.FIELD overrides.
+TRAIN_SWITCHES = ("--allow_version_change",)
 
 EXAMPLES = """\
 a v3-32 slice (4 workers), start to end:
@@ -376,6 +378,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             sub.error(f"unrecognized arguments: {' '.join(extras)}")
         return args
     for extra in extras:
+        if extra in TRAIN_SWITCHES:
+            continue
         try:
             names.config_override(extra)
         except argparse.ArgumentTypeError as e:

@@ -44,15 +44,15 @@ def _install_project(python: str) -> str:
     """Creates the venv once per interpreter, then installs the checked-out project with the
     tpu extra at the versions of `python`'s constraints file: the same on every worker."""
     q = shlex.quote
-    constraints = constraints_file(python)
-    missing = f"no {constraints}: no pinned versions for {python}; pass another --python"
+    constraints = q(constraints_file(python))
     return (
         f"if [ ! -x {VENV}/bin/{q(python)} ]; then rm -rf {VENV}; "
         f"{q(python)} -m venv {VENV} || exit 1; fi; "
         f"cd {PROJECT_DIR} || exit 1; "
-        f'if [ ! -f {q(constraints)} ]; then echo "$(hostname): "{q(missing)} >&2; exit 1; fi; '
+        f'if [ ! -f {constraints} ]; then echo "$(hostname)": no pinned versions for '
+        f"{q(python)}, no {constraints}: pass another --python >&2; exit 1; fi; "
         f"{VENV}/bin/pip install -q {PIP_PIN} && "
-        f"{VENV}/bin/pip install -q -c {q(constraints)} -e '.[tpu]'"
+        f"{VENV}/bin/pip install -q -c {constraints} -e '.[tpu]'"
     )
 
 
