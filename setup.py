@@ -44,7 +44,7 @@ setuptools.setup(
         "safetensors>=0.8.0,<0.9",
         "tensorboard>=2.21.0,<3",
         "etils[epath,epy]>=1.15.0,<2",
-        "gcsfs>=2026.10.1",
+        "gcsfs>=2026.10.1,<2027",  # calendar versions (YEAR.MONTH.N): this year's
     ],
     extras_require={
         # The pytest tools alone: enough for the core tests (scripts/test_py312.sh).

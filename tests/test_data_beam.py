@@ -73,7 +73,7 @@ def test_without_beam_the_error_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "xlnet_jax.data.beam_prepare", raising=False)
     monkeypatch.delattr(xlnet_jax.data, "beam_prepare", raising=False)
     out = scratch("no-beam")
-    with pytest.raises(DataError, match=r'needs the beam extra: pip install "xlnet-jax\[beam\]"'):
+    with pytest.raises(DataError, match=r'needs the beam extra: pip install -e "\.\[beam\]"'):
         prepare_corpus([english_text()], out, beam_options=IN_PROCESS)
     assert os.listdir(out) == []
 

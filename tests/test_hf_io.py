@@ -14,6 +14,7 @@ import transformers
 
 from tests.helpers import HF_PARITY_ROUNDINGS, assert_f32_close
 from tests.hf_reference import hf_forward
+from xlnet_jax import cli
 from xlnet_jax.checkpoint import hf
 from xlnet_jax.config import ModelConfig
 
@@ -104,6 +105,28 @@ def test_params_dir_and_cli_functions_round_trip(hf_dir, tmp_path):
     reloaded = transformers.XLNetLMHeadModel.from_pretrained(tmp_path / "back").eval()
     np.testing.assert_array_equal(
         _hf_logits(reloaded, _hf_inputs()), _hf_logits(model, _hf_inputs())
+    )
+
+
+def test_export_writes_fine_tuning_dropout_unless_told_otherwise(hf_dir, tmp_path, capsys):
+    """A run pretrained without dropout exports with 0.1 (issue 38, item 7), or --dropout's."""
+    config, params = hf.load_hf(hf_dir[0])
+    hf.save_params_dir(
+        tmp_path / "ours", dataclasses.replace(config, dropout=0.0, dropatt=0.0), params
+    )
+    for extra, want in (([], 0.1), (["--dropout", "0.25"], 0.25)):
+        out = tmp_path / f"hf-{want}"
+        assert cli.main(["export-hf", str(tmp_path / "ours"), "--out", str(out), *extra]) == 0
+        assert capsys.readouterr().out == (
+            f"exported {tmp_path / 'ours'} to {out}; dropout {want} for fine-tuning (pretrained "
+            "with dropout 0.0, dropatt 0.0; --dropout sets it)\n"
+        )
+        fields = json.loads((out / "config.json").read_text())
+        assert (fields["dropout"], fields["dropatt"]) == (want, want)
+        assert transformers.XLNetConfig.from_pretrained(out).dropout == want
+    assert cli.main(["export-hf", str(tmp_path / "ours"), "--out", str(out), "--dropout=1"]) == 2
+    assert capsys.readouterr().err == (
+        "xlnet-jax export-hf: error: --dropout must be at least 0 and below 1, got 1.0\n"
     )
 
 

@@ -2,8 +2,11 @@
 
 One export of the session's reference run (tests/train_harness.py) serves every test: the
 first step of a run started from it must score exactly what the source scores on that batch.
+The same export fine-tunes as a transformers classifier (docs/fine-tuning.md).
 """
 
+import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -24,20 +27,26 @@ from xlnet_jax.training.program import build_program
 
 # A dropout-free run: its first training loss is a deterministic forward, as eval's is.
 NO_DROPOUT = ("--config.dropout=0", "--config.dropatt=0")
+STEPS = 12  # fine-tuning steps on the export
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """(source workdir, its `xlnet-jax export-hf` directory)."""
+    """(source workdir, its `xlnet-jax export-hf` directory, with fine-tuning dropout 0.2)."""
     source = harness.reference_run()
     out = tmp_path_factory.mktemp("export") / "hf"
     done = subprocess.run(
-        [sys.executable, "-m", "xlnet_jax.cli", "export-hf", str(source), "--out", str(out)],
+        [sys.executable, "-m", "xlnet_jax.cli", "export-hf", str(source), "--out", str(out),
+         "--dropout", "0.2"],
         env=harness.environment(), capture_output=True, text=True, timeout=200,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     # One line naming the step, none of orbax's read-only warnings.
     assert done.stdout.startswith(f"exported step 12 of {source} (its newest checkpoint)")
+    assert done.stdout.endswith(
+        "dropout 0.2 for fine-tuning (pretrained with dropout 0.1, dropatt 0.1; --dropout "
+        "sets it)\n"
+    )
     assert done.stderr == "", done.stderr
     assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o644
     return source, out
@@ -154,3 +163,32 @@ def test_an_hf_directory_with_only_tokenizer_json_is_checked_as_with_spiece(expo
     config = get_config()
     config.update(corpus_dir=harness.corpus_dir())
     check_source(source, config, load_manifest(config.corpus_dir))  # accepted
+
+
+def _fine_tune_script():
+    """scripts/fine_tune_hf.py, the script docs/fine-tuning.md shows, as a module."""
+    path = harness.REPO / "scripts" / "fine_tune_hf.py"
+    spec = importlib.util.spec_from_file_location("fine_tune_hf", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_export_fine_tunes_as_a_sequence_classifier(exported):
+    """Issue 38, item 7: the export loads into XLNetForSequenceClassification with its own
+    tokenizer and the export's dropout, and a few steps on a two-class task lower the loss."""
+    _, out = exported
+    fields = json.loads((out / "config.json").read_text())
+    assert (fields["dropout"], fields["dropatt"]) == (0.2, 0.2)  # the run trained with 0.1
+    script = _fine_tune_script()
+    # Which of two small vocabularies a text is drawn from; 8 texts of each.
+    words = (["river", "stone", "water", "green"], ["number", "value", "return", "function"])
+    texts = [" ".join(words[i % 2][(i + k) % 4] for k in range(6)) for i in range(16)]
+    labels = [i % 2 for i in range(16)]
+    model, losses = script.fine_tune(
+        str(out), texts, labels, steps=STEPS, batch_size=8, learning_rate=1e-2, log=print
+    )
+    assert model.config.dropout == 0.2
+    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+    assert last < 0.5 * first, losses
+    assert script.accuracy(str(out), model, texts, labels) == 1.0

@@ -72,9 +72,12 @@ INSTALL_PYTHON = (
     "sudo apt-get install -y -qq python3.11 python3.11-venv || exit 1; fi; "
 )
 INSTALL_PROJECT = (
-    "if [ ! -x ~/xlnet-jax-venv/bin/python ]; then python3.11 -m venv ~/xlnet-jax-venv || "
-    "exit 1; fi; cd ~/xlnet-jax && ~/xlnet-jax-venv/bin/pip install -q pip==26.3 && "
-    "~/xlnet-jax-venv/bin/pip install -q -e '\"'\"'.[tpu]'\"'\"''\n"
+    "if [ ! -x ~/xlnet-jax-venv/bin/python3.11 ]; then rm -rf ~/xlnet-jax-venv; python3.11 -m "
+    "venv ~/xlnet-jax-venv || exit 1; fi; cd ~/xlnet-jax || exit 1; if [ ! -f "
+    'scripts/constraints/py311.txt ]; then echo "$(hostname)": no pinned versions for '
+    "python3.11, no scripts/constraints/py311.txt: pass another --python >&2; exit 1; fi; "
+    "~/xlnet-jax-venv/bin/pip install -q pip==26.3 && ~/xlnet-jax-venv/bin/pip install -q "
+    "-c scripts/constraints/py311.txt -e '\"'\"'.[tpu]'\"'\"''\n"
 )
 
 

@@ -55,6 +55,8 @@ NOT_RUN_HERE = {
     "python3 -m venv": "makes a venv on a GPU machine (docs/gpus.md); scripts/venv.sh is "
     "this suite's",
     "python -c": "a one-line check on a GPU machine (docs/gpus.md)",
+    "python scripts/fine_tune_hf.py": "needs a trained export and the user's task files; "
+    "tests/test_init_from.py runs its fine_tune on an export of a trained run",
     "tensorboard": "a server that does not exit",
 }
 

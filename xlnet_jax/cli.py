@@ -124,6 +124,13 @@ def _define_train(fv: flags.FlagValues) -> None:
         flag_values=fv,
     )
     flags.DEFINE_bool(
+        "allow_version_change",
+        False,
+        "Start although this host's package versions differ from those recorded in "
+        "WORKDIR/config.json (the record then takes the new ones).",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool(
         "dry_run",
         False,
         "Only check the config and corpus together (every problem, one line each); "
@@ -212,7 +219,11 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
     _setup_jax(fv)
     from xlnet_jax.training import train
 
-    options = dict(change_schedule=fv.change_schedule, init_from=fv.init_from)
+    options = dict(
+        change_schedule=fv.change_schedule,
+        init_from=fv.init_from,
+        allow_version_change=fv.allow_version_change,
+    )
     from xlnet_jax.training.profiling import parse_steps
 
     parse_steps(fv.profile_steps)  # a bad value fails here, before anything compiles
@@ -375,12 +386,21 @@ def _import_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     return 0
 
 
+def _define_export_hf(fv: flags.FlagValues) -> None:
+    _define_out(fv)
+    flags.DEFINE_float(
+        "dropout",
+        0.1,
+        "Dropout (hidden states and attention) written into the export's config.json, "
+        "what fine-tuning starts with, whatever the run pretrained with.",
+        flag_values=fv,
+    )
+
+
 def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.checkpoint import export
 
-    message = export.export_to_hf(_single_source(args), _require(fv, "out"))
-    if message:
-        print(message)
+    print(export.export_to_hf(_single_source(args), _require(fv, "out"), fv.dropout))
     return 0
 
 
@@ -425,7 +445,7 @@ COMMANDS = {
     ),
     "export-hf": Command(
         "xlnet-jax params directory or train WORKDIR -> HuggingFace directory.",
-        _define_out,
+        _define_export_hf,
         _export_hf_main,
         "SRC",
     ),

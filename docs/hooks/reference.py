@@ -43,6 +43,13 @@ def _code(value: object) -> str:
     return "`" + " ".join(text.split()).replace("|", "\\|") + "`"
 
 
+def _flag_cell(text: str) -> str:
+    """A table cell of flag names that a narrow page never breaks inside a name: Material's
+    theme lets inline code break anywhere (`word-break: break-word`), and the table showed
+    "--tfds_data_di r". The backticks inside still make code spans."""
+    return f'<span style="white-space: nowrap">{text}</span>'
+
+
 @contextlib.contextmanager
 def _argv(argv: list[str]) -> Iterator[None]:
     """sys.argv set to `argv`: config_flags defines the --config.FIELD overrides it finds
@@ -74,7 +81,7 @@ def _absl_section(name: str) -> list[str]:
             default = "on" if flag.default else "off"
         else:
             default = "(none)" if flag.default is None else _code(flag.default)
-        lines.append(f"| `--{flag.name}` | {default} | {_cell(flag.help)} |")
+        lines.append(f"| {_flag_cell(f'`--{flag.name}`')} | {default} | {_cell(flag.help)} |")
     return [*lines, ""]
 
 
@@ -95,7 +102,7 @@ def _argparse_rows(parser: argparse.ArgumentParser) -> list[str]:
         else:
             default = _code(action.default)
         what = (action.help or "") % dict(vars(action), prog=parser.prog)  # as argparse expands
-        rows.append(f"| {flag} | {default} | {_cell(what)} |")
+        rows.append(f"| {_flag_cell(flag)} | {default} | {_cell(what)} |")
     return rows
 
 

@@ -5,23 +5,33 @@ from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.checkpoint.reader import load_trained_params
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.manifest import load_manifest
+from xlnet_jax.errors import UsageError
+
+# The dropout XLNet was fine-tuned with in its paper and HF's XLNetConfig default; written
+# into the export whatever the run pretrained with (often 0: dropout slows learning early).
+FINE_TUNING_DROPOUT = 0.1
 
 
-def export_to_hf(source: str, out: str) -> str:
+def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) -> str:
     """Writes `source`'s weights to `out` as transformers.XLNetLMHeadModel loads them.
 
     `source` is a params directory (from import-hf) or a train workdir, whose newest
     checkpoint is exported together with the run's tokenizer when its corpus is at hand
     (spiece.model, and the HF tokenizer files of its normalisation: hf_tokenizer).
+    config.json gets `dropout` for hidden states and attention (HF's `dropout`, our
+    `dropatt`), so that `from_pretrained` gives a model ready to fine-tune.
 
     Returns:
-      A line for the user about what was exported, or "" for a params directory.
+      A line for the user about what was exported.
     """
+    if not 0 <= dropout < 1:
+        raise UsageError(f"--dropout must be at least 0 and below 1, got {dropout}")
     if not (paths.as_path(source) / "checkpoints").is_dir():
-        hf.export_hf(source, out)
-        return ""
+        config = hf.export_hf(source, out, dropout)
+        return f"exported {source} to {out}; {_dropout_note(config, dropout)}"
     config, params, step = load_trained_params(source)
-    hf.save_hf(out, ModelConfig.from_config(config), params)
+    model_config = ModelConfig.from_config(config)
+    hf.save_hf(out, model_config, params, dropout)
     note = "no tokenizer copied: the run's corpus_dir is not here"
     if (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
         manifest = load_manifest(config.corpus_dir)
@@ -34,4 +44,12 @@ def export_to_hf(source: str, out: str) -> str:
             uncased=manifest.uncased,
         )
         note = f"tokenizer {tokenizer} copied as spiece.model; {settings}"
-    return f"exported step {step} of {source} (its newest checkpoint) to {out}; {note}"
+    return (
+        f"exported step {step} of {source} (its newest checkpoint) to {out}; {note}; "
+        f"{_dropout_note(model_config, dropout)}"
+    )
+
+
+def _dropout_note(config: ModelConfig, dropout: float) -> str:
+    pretrained = f"dropout {config.dropout}, dropatt {config.dropatt}"
+    return f"dropout {dropout} for fine-tuning (pretrained with {pretrained}; --dropout sets it)"

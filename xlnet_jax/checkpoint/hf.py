@@ -310,10 +310,18 @@ def load_hf(path: str | os.PathLike) -> tuple[ModelConfig, Params]:
     return config, params_from_hf(_read_hf_state(path), config)
 
 
-def save_hf(path: str | os.PathLike, config: ModelConfig, params: Params) -> None:
-    """Writes config.json + model.safetensors that transformers.XLNetLMHeadModel loads."""
+def save_hf(
+    path: str | os.PathLike, config: ModelConfig, params: Params, dropout: float | None = None
+) -> None:
+    """Writes config.json + model.safetensors that transformers.XLNetLMHeadModel loads.
+
+    `dropout`, when given, replaces config's dropout and dropatt in config.json: what a
+    fine-tuning run of the export starts with (pretraining often runs without).
+    """
     path = paths.as_path(path)
     state = params_to_hf(config, params)
+    if dropout is not None:
+        config = dataclasses.replace(config, dropout=dropout, dropatt=dropout)
     path.mkdir(parents=True, exist_ok=True)
     (path / _CONFIG).write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
     (path / _HF_SAFETENSORS).write_bytes(safetensors.numpy.save(state, metadata={"format": "pt"}))
@@ -353,10 +361,13 @@ def import_hf(src: str | os.PathLike, out: str | os.PathLike) -> ModelConfig:
     return config
 
 
-def export_hf(src_params_dir: str | os.PathLike, out: str | os.PathLike) -> ModelConfig:
-    """`xlnet-jax export-hf SRC --out DIR`: our params directory -> HF directory."""
+def export_hf(
+    src_params_dir: str | os.PathLike, out: str | os.PathLike, dropout: float | None = None
+) -> ModelConfig:
+    """`xlnet-jax export-hf SRC --out DIR`: our params directory -> HF directory (with
+    `dropout` in its config.json when given, as save_hf); returns SRC's config."""
     config, params = load_params_dir(src_params_dir)
-    save_hf(out, config, params)
+    save_hf(out, config, params, dropout)
     _copy_tokenizer(src_params_dir, out)
     return config
 

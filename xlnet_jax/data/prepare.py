@@ -63,7 +63,10 @@ __all__ = ["prepare_corpus", "load_manifest", "manifest_fingerprint", "Manifest"
 _OWNED = {MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME, "cache"}
 _TEMP_PREFIX = ".prepare-"
 _CHUNK_SENTENCES = 2000
-BEAM_EXTRA = 'Preparing with Apache Beam needs the beam extra: pip install "xlnet-jax[beam]".'
+BEAM_EXTRA = (
+    'Preparing with Apache Beam needs the beam extra: pip install -e ".[beam]" in the '
+    "project's checkout."
+)
 
 
 def prepare_corpus(

@@ -207,8 +207,8 @@ def _check_same_ids(
         from tokenizers import Tokenizer
     except ImportError:
         raise DataError(
-            f"{source}: converting it needs the `tokenizers` package (pip install "
-            f"'xlnet-jax[hf]'); or {HOW_TO_GET_SPIECE}."
+            f"{source}: converting it needs the `tokenizers` package (the hf extra: pip "
+            f"install -e '.[hf]' in the project's checkout); or {HOW_TO_GET_SPIECE}."
         ) from None
     hf = Tokenizer.from_str(json_text)
     for line in _test_lines(sp):

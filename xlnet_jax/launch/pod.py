@@ -17,6 +17,8 @@ from xlnet_jax.launch import commands, job, local, names, remote, runner, versio
 
 PROG = "xlnet-jax launch"
 STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
+# `train` flags that `launch train` and `launch run` pass on, as the --config.FIELD overrides.
+TRAIN_SWITCHES = ("--allow_version_change",)
 
 EXAMPLES = """\
 a v3-32 slice (4 workers), start to end:
@@ -203,8 +205,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "setup",
         "install the project on every worker",
         f"Ships the committed tree (git archive HEAD of --source) with scp, or clones --repo,\n"
-        f"into {remote.PROJECT_DIR} on every worker, then `pip install -e .[tpu]` into the\n"
-        f"venv {remote.VENV} (created once with --python, installed from apt if missing).\n"
+        f"into {remote.PROJECT_DIR} on every worker, then `pip install -c CONSTRAINTS -e .[tpu]`\n"
+        f"into the venv {remote.VENV} (created once per --python, installed from apt if\n"
+        f"missing). CONSTRAINTS is {remote.constraints_file('python3.XY')}, the exact versions\n"
+        f"CI tests on for that Python, so every worker, recreated or not, gets the same ones.\n"
         f"Uncommitted changes are not shipped: a tree with any is refused, naming them,\n"
         f"unless --allow-dirty. Rerun after every commit.",
     )
@@ -374,6 +378,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             sub.error(f"unrecognized arguments: {' '.join(extras)}")
         return args
     for extra in extras:
+        if extra in TRAIN_SWITCHES:
+            continue
         try:
             names.config_override(extra)
         except argparse.ArgumentTypeError as e:

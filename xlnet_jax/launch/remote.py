@@ -21,8 +21,14 @@ EXIT_FILE = f"{LOG_DIR}/train.exit"  # The trainer's exit code, written when it 
 _RUNNING = f'pid=$(cat {PID_FILE} 2>/dev/null) && grep -qs xlnet-jax "/proc/$pid/cmdline"'
 
 
-# The installer itself is pinned too; everything else comes from setup.py's exact pins.
+# The installer itself is pinned too; everything else comes from the constraints file.
 PIP_PIN = "pip==26.3"
+
+
+def constraints_file(python: str) -> str:
+    """The exact versions CI tests on for `python` (python3.11 -> scripts/constraints/py311.txt),
+    relative to the project's root: the file scripts/venv.sh installs from."""
+    return f"scripts/constraints/py{python.removeprefix('python').replace('.', '')}.txt"
 
 
 def _install_python(python: str) -> str:
@@ -35,11 +41,18 @@ def _install_python(python: str) -> str:
 
 
 def _install_project(python: str) -> str:
-    """Creates the venv once, then installs the checked-out project with the tpu extra."""
+    """Creates the venv once per interpreter, then installs the checked-out project with the
+    tpu extra at the versions of `python`'s constraints file: the same on every worker."""
+    q = shlex.quote
+    constraints = q(constraints_file(python))
     return (
-        f"if [ ! -x {VENV}/bin/python ]; then {shlex.quote(python)} -m venv {VENV} || exit 1; fi; "
-        f"cd {PROJECT_DIR} && {VENV}/bin/pip install -q {PIP_PIN} && "
-        f"{VENV}/bin/pip install -q -e '.[tpu]'"
+        f"if [ ! -x {VENV}/bin/{q(python)} ]; then rm -rf {VENV}; "
+        f"{q(python)} -m venv {VENV} || exit 1; fi; "
+        f"cd {PROJECT_DIR} || exit 1; "
+        f'if [ ! -f {constraints} ]; then echo "$(hostname)": no pinned versions for '
+        f"{q(python)}, no {constraints}: pass another --python >&2; exit 1; fi; "
+        f"{VENV}/bin/pip install -q {PIP_PIN} && "
+        f"{VENV}/bin/pip install -q -c {constraints} -e '.[tpu]'"
     )
 
 

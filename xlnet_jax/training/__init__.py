@@ -6,6 +6,7 @@
   train.py       the loop: resume, checkpoints, metrics, progress line, profiling
   evaluate.py    held-out evaluation; metrics.py, progress.py, profiling.py report
   run_config.py  the run's saved config and what a resume may change
+  run_versions.py  the package versions a run records, and the check at start
   compile.py     AOT compile for TPU topologies from any host
 May import run, checkpoint, objective, model, data and the base modules.
 """

@@ -4,7 +4,8 @@
 `train` without --config start from it (the CLI passes this file to config_flags with the
 workdir as argument: `--config=run_config.py:WORKDIR`), so command-line overrides apply
 on top as usual. What differs from the saved run is listed in one line; a rerun refuses
-architecture changes and changes the learning-rate schedule only when asked to.
+architecture changes and changes the learning-rate schedule only when asked to. The file
+also records the package versions the run trains with (run_versions.py), beside the fields.
 """
 
 import json
@@ -15,9 +16,10 @@ import ml_collections
 from xlnet_jax import paths
 from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.errors import ConfigError
-from xlnet_jax.training import optim
+from xlnet_jax.training import optim, run_versions
 
 CONFIG_FILE = "config.json"
+VERSIONS_KEY = "versions"  # config.json's one entry that is not a config field
 # Fields whose change moves the learning rate of the steps still to come.
 SCHEDULE_FIELDS = ("num_train_steps", "warmup_steps", "learning_rate", "min_lr_ratio")
 
@@ -35,15 +37,23 @@ def get_config(workdir: str) -> ml_collections.ConfigDict:
     return config
 
 
-def load(workdir: str) -> ml_collections.ConfigDict | None:
-    """The config saved in `workdir`, or None if the run has not saved one."""
+def _read(workdir: str) -> dict | None:
+    """config.json's entries, or None if the run has not saved one."""
     path = paths.as_path(workdir) / CONFIG_FILE
     if not paths.retry(path.is_file, f"looking for {path}"):
         return None
     try:
-        fields = json.loads(paths.retry(path.read_text, f"reading {path}"))
+        return json.loads(paths.retry(path.read_text, f"reading {path}"))
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path} is unreadable ({e}); pass --config instead.") from None
+
+
+def load(workdir: str) -> ml_collections.ConfigDict | None:
+    """The config saved in `workdir`, or None if the run has not saved one."""
+    fields = _read(workdir)
+    if fields is None:
+        return None
+    fields.pop(VERSIONS_KEY, None)
     fields["logical_axis_rules"] = tuple(
         (name, tuple(axes) if isinstance(axes, list) else axes)
         for name, axes in fields["logical_axis_rules"]
@@ -51,9 +61,18 @@ def load(workdir: str) -> ml_collections.ConfigDict | None:
     return ml_collections.ConfigDict(fields)
 
 
+def check_versions(workdir: str, *, allow_change: bool) -> None:
+    """Refuses a start whose package versions differ from those `workdir`'s run recorded."""
+    fields = _read(workdir)
+    recorded = fields.get(VERSIONS_KEY) if fields is not None else None
+    source = str(paths.as_path(workdir) / CONFIG_FILE)
+    run_versions.check(recorded, source, allow_change=allow_change)
+
+
 def save(workdir: str, config: ml_collections.ConfigDict) -> None:
-    """Writes `workdir`/config.json atomically."""
-    text = json.dumps(_plain(config), indent=2, sort_keys=True) + "\n"
+    """Writes `workdir`/config.json atomically, with the package versions this process runs."""
+    fields = {**_plain(config), VERSIONS_KEY: run_versions.installed()}
+    text = json.dumps(fields, indent=2, sort_keys=True) + "\n"
     paths.write_bytes_atomic(paths.as_path(workdir) / CONFIG_FILE, text.encode())
 
 

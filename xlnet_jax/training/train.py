@@ -225,13 +225,16 @@ def plan_run(
     *,
     change_schedule: bool = False,
     init_from: str | None = None,
+    allow_version_change: bool = False,
 ) -> RunPlan:
     """Every check that needs no compiling (`train --dry_run` runs only these).
 
     A resumed run's config may differ from the one saved in WORKDIR/config.json only as
-    run_config.check_rerun allows (schedule fields with change_schedule); the config and
+    run_config.check_rerun allows (schedule fields with change_schedule), and its package
+    versions from those recorded there only with allow_version_change; the config and
     corpus pass preflight.check_run_from, with a new run's --init_from source, in one round.
     """
+    run_config.check_versions(workdir, allow_change=allow_version_change)
     step = run_config.newest_step(workdir)
     saved = run_config.load(workdir)
     if step is not None and saved is not None:
@@ -253,6 +256,7 @@ def train_and_evaluate(
     *,
     change_schedule: bool = False,
     init_from: str | None = None,
+    allow_version_change: bool = False,
     profile_steps: str = "",
 ) -> TrainState:
     """Trains to config.num_train_steps in `workdir`, resuming from its checkpoints.
@@ -262,7 +266,13 @@ def train_and_evaluate(
     run starts from the params at `init_from` when given (see init_from.py); a resumed one
     ignores it. `profile_steps` ("START:END") traces those steps (profiling.py).
     """
-    plan = plan_run(config, workdir, change_schedule=change_schedule, init_from=init_from)
+    plan = plan_run(
+        config,
+        workdir,
+        change_schedule=change_schedule,
+        init_from=init_from,
+        allow_version_change=allow_version_change,
+    )
     profiler = StepProfiler(profile_steps, workdir)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
