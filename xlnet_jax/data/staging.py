@@ -148,7 +148,7 @@ def local_output(out_dir: str) -> Iterator[str]:
     if not paths.is_remote(out_dir):
         yield out_dir
         return
-    _claim_remote(out_dir)
+    claim_remote(out_dir)
     local = tempfile.mkdtemp(prefix="xlnet-prepare-")
     try:
         yield local
@@ -157,13 +157,14 @@ def local_output(out_dir: str) -> Iterator[str]:
         shutil.rmtree(local, ignore_errors=True)
 
 
-def _claim_remote(out_dir: str) -> None:
-    """Empties a remote out_dir of a previous corpus; refuses one holding anything else."""
+def claim_remote(out_dir: str) -> None:
+    """Empties a remote out_dir of a previous corpus (and of a failed preparation's
+    temporary folder); refuses one holding anything else."""
     root = paths.as_path(out_dir)
     if not root.exists():
         return
     entries = [p.name for p in root.iterdir()]
-    foreign = sorted(set(entries) - set(_OWNED) - {"cache"})
+    foreign = sorted(e for e in set(entries) - set(_OWNED) - {"cache"} if e[0] != ".")
     if foreign:
         raise DataError(
             f"{out_dir} is not empty and not a prepared corpus (it holds {foreign[:3]}...); "
