@@ -5,7 +5,7 @@ is written to the writer's own local temporary file, then committed to the corpu
 directory: locally by a rename; on object storage by an upload under a temporary name
 (retried through paths.retry, as checkpoints are), a copy to the final name and the
 temporary object's deletion; the local file is deleted either way. A shard's name and
-bytes are functions of its documents, so a retried writer (a Beam bundle run again, a
+bytes are functions of its documents (records serialized deterministically), so a retried writer (a Beam bundle run again, a
 worker that died mid-upload) commits the same object again, never a second one.
 
 Shards: documents in corpus (key) order, the split cut into `count` shards of equal
@@ -99,7 +99,10 @@ def write_shard(
         docs = record_bytes = 0
         for tokens, lengths in documents:
             example = {"tokens": tokens, "sentence_lengths": lengths}
-            record = serializer.serialize_example(features.encode_example(example))
+            proto = serializer.get_tf_example(features.encode_example(example))
+            # deterministic: the map of features in key order, so equal documents give
+            # equal bytes in any process (the default order varies between processes)
+            record = proto.SerializeToString(deterministic=True)
             writer.write(record)
             docs, record_bytes = docs + 1, record_bytes + len(record)
         writer.close()
@@ -232,12 +235,10 @@ def _write_metadata(out_dir: str, shards: dict[str, list[ShardRecord]]) -> dict[
         )
     files = {}
     with tempfile.TemporaryDirectory() as local:
-        builder = tfds_builder.XlnetCorpus(data_dir=local, file_format=_SUFFIX)
-        builder.info.set_splits(tfds.core.SplitDict(splits))
-        builder.info.write_to_directory(local)
+        info = tfds_builder.dataset_info(local)
+        info.set_splits(tfds.core.SplitDict(splits))
+        info.write_to_directory(local)
         for name in sorted(os.listdir(local)):
-            if not os.path.isfile(os.path.join(local, name)):
-                continue  # the builder's own (empty) data directory
             with open(os.path.join(local, name), "rb") as f:
                 data = f.read()
             relative = os.path.join(tfds_builder.NAME, tfds_builder.VERSION, name)

@@ -4,8 +4,8 @@ tensorflow.
 One example per document: `tokens` (int32 ids, without the <eod> that the streams add) and
 `sentence_lengths` (int32, summing to len(tokens)): the sentence boundaries that A and B
 are cut at. Shuffling is disabled so documents keep their corpus order, which the
-contiguous streams need. The builder is defined in the package, so its DatasetInfo is
-explicit; reading needs only the directory (`tfds.builder_from_directory`).
+contiguous streams need. shard_writer.py writes the shards and this DatasetInfo;
+reading needs only the directory (`tfds.builder_from_directory`).
 """
 
 import os
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core import dataset_info as dataset_info_lib
 
 from xlnet_jax.errors import DataError
 
@@ -32,30 +33,21 @@ def features() -> tfds.features.FeaturesDict:
     )
 
 
-class XlnetCorpus(tfds.core.GeneratorBasedBuilder):
-    """Tokenized documents of an XLNet pretraining corpus, one split per held-out set.
-
-    Only its DatasetInfo is used: shard_writer.py writes the shards, then this metadata.
-    """
-
-    VERSION = tfds.core.Version(VERSION)
-    # No code-relative files (checksums, metadata). tfds's lookup of this path for a builder
-    # in an installed package needs the importlib_resources backport, which we do not use.
-    code_path = None
-
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description="Tokenized documents for XLNet pretraining (written by xlnet-jax prepare).",
-            features=features(),
-            disable_shuffling=True,
-        )
-
-    def _split_generators(self, dl_manager):
-        raise NotImplementedError("shard_writer.py writes the corpus, not tfds")
-
-    def _generate_examples(self):
-        raise NotImplementedError("shard_writer.py writes the corpus, not tfds")
+def dataset_info(data_dir: str) -> tfds.core.DatasetInfo:
+    """The corpus's DatasetInfo, without splits, for metadata written to data_dir (built
+    from an identity, not a builder: a builder looks for metadata and leaves a
+    temporary directory behind)."""
+    identity = dataset_info_lib.DatasetIdentity(
+        name=NAME, version=tfds.core.Version(VERSION), data_dir=data_dir, module_name=__name__
+    )
+    info = tfds.core.DatasetInfo(
+        builder=identity,
+        description="Tokenized documents for XLNet pretraining (written by xlnet-jax prepare).",
+        features=features(),
+        disable_shuffling=True,
+    )
+    info.set_file_format("array_record")
+    return info
 
 
 def dataset_dir(corpus_dir: str) -> str:
