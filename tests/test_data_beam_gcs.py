@@ -58,9 +58,10 @@ def reference():
 def isolated_workers(monkeypatch):
     """The driver's temporary directory (with MARK in it) and the folder where each
     worker the wrapper starts makes its own temporary root."""
-    if shutil.which("unshare") is None or subprocess.run(
-        [*_unshare(), "true"], capture_output=True
-    ).returncode:
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run([*_unshare(), "true"], capture_output=True).returncode
+    ):
         pytest.skip("needs unshare(1) with mount namespaces (root or user namespaces)")
     driver_tmp, workers = scratch("driver-tmp"), scratch("worker-roots")
     open(os.path.join(driver_tmp, MARK), "w").close()

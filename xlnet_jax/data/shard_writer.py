@@ -5,8 +5,9 @@ is written to the writer's own local temporary file, then committed to the corpu
 directory: locally by a rename; on object storage by an upload under a temporary name
 (retried through paths.retry, as checkpoints are), a copy to the final name and the
 temporary object's deletion; the local file is deleted either way. A shard's name and
-bytes are functions of its documents (records serialized deterministically), so a retried writer (a Beam bundle run again, a
-worker that died mid-upload) commits the same object again, never a second one.
+bytes are functions of its documents (records serialized deterministically), so a
+retried writer (a Beam bundle run again, a worker that died mid-upload) commits the same
+object again, never a second one.
 
 Shards: documents in corpus (key) order, the split cut into `count` shards of equal
 document counts (document of rank r goes to shard r * count // documents). The driver
