@@ -131,7 +131,11 @@ def test_cli_two_workers_without_the_drivers_disk_write_the_local_corpus(
     _assert_equal_corpora(url, local)
     err = capfd.readouterr().err
     assert f"Prepared {url}:" in err and driver_tmp not in err
-    assert f"config.data_ranges on up to {SHARDS} host(s)" in err
+    assert f"Shards: {SHARDS} train, {SHARDS} validation." in err
+    assert f"up to {SHARDS} host(s)" in err
+    # Each damaged-input warning once, from the worker; not again as the runner's dump.
+    assert err.count("part-0.txt: skipped 1 line(s) that are not valid UTF-8") == 1
+    assert "severity: WARN" not in err
     everything = (err + caplog.text).lower()
     assert "prism" not in everything
 

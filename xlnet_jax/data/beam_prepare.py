@@ -28,6 +28,7 @@ token, whatever the runner, the worker count or the order the runner works in.
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 
@@ -35,13 +36,17 @@ import apache_beam as beam
 import numpy as np
 import sentencepiece as spm
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.job import utils as job_utils
+from apache_beam.runners.portability import local_job_service
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner, fn_runner
 
 from xlnet_jax import paths
 from xlnet_jax.data import document_keys, reading, shard_writer, sources, tokenizer
 from xlnet_jax.errors import DataError
 
 _DOCS, _RECORDS = "docs", "records"
+_WORKER_OPTIONS = {"default_sdk_harness_log_level": "WARNING"}
 _EMPTY = "empty"  # documents that encode to no token: counted, not written
 
 
@@ -199,9 +204,18 @@ def _pipeline(options: list[str]) -> beam.Pipeline:
     its binary)."""
     parsed = PipelineOptions(options)
     runner = parsed.view_as(StandardOptions).runner
-    if runner in (None, "DirectRunner"):
-        return beam.Pipeline(runner=FnApiRunner(), options=parsed)
-    return beam.Pipeline(options=parsed)
+    if runner not in (None, "DirectRunner"):
+        return beam.Pipeline(options=parsed)
+    # The workers log warnings only (FnApiRunner would hand them no options: INFO); each
+    # prints its warnings (damaged input) on its stderr, so the runner's copy of each,
+    # a proto dump, is not logged again.
+    info = beam_provision_api_pb2.ProvisionInfo(
+        pipeline_options=job_utils.dict_to_struct({"options": _WORKER_OPTIONS}),
+        retrieval_token="unused-retrieval-token",
+    )
+    logging.getLogger(local_job_service.__name__).setLevel(logging.ERROR)
+    runner = FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(info))
+    return beam.Pipeline(runner=runner, options=parsed)
 
 
 def _read(pipeline, inputs: list[sources.Input], norm: dict):

@@ -251,16 +251,21 @@ def _write_metadata(out_dir: str, shards: dict[str, list[ShardRecord]]) -> dict[
 
 
 def hosts_line(files: dict[str, dict]) -> str:
-    """prepare's line saying how many hosts the corpus can serve a share each."""
+    """prepare's line saying how many hosts the corpus serves a share each."""
     shards = {}
     for relative in files:
         name = os.path.basename(relative)
         if f".{_SUFFIX}-" in name:
             split = name[len(tfds_builder.NAME) + 1 : name.index(f".{_SUFFIX}-")]
             shards[split] = shards.get(split, 0) + 1
-    counts = ", ".join(f"{n} {split}" for split, n in sorted(shards.items(), reverse=True))
-    fewest = min(shards.values(), default=1)
+    counts = ", ".join(f"{n} {split}" for split, n in sorted(shards.items(), key=_train_first))
+    hosts = shards.get("train", 1)
     return (
-        f"Shards: {counts}. Each host reads only its share with config.data_ranges on up "
-        f"to {fewest} host(s); more hosts read a split of fewer shards whole (--num_shards)."
+        f"Shards: {counts}. With config.data_ranges up to {hosts}, each host stages and "
+        f"caches only its share of the train split: up to {hosts} host(s); a split of "
+        "fewer shards than ranges is read whole (--num_shards sets the shards a split)."
     )
+
+
+def _train_first(item: tuple[str, int]) -> tuple[bool, str]:
+    return item[0] != "train", item[0]
