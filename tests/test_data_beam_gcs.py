@@ -7,6 +7,7 @@ own: an empty tmpfs covers the driver's temporary directory, and the worker gets
 root of its own, so a shortcut through the driver's disk fails these tests.
 """
 
+import glob
 import logging
 import os
 import shutil
@@ -143,9 +144,14 @@ def test_cli_two_workers_without_the_drivers_disk_write_the_local_corpus(
 def test_a_failed_upload_of_each_shard_is_retried_and_leaves_nothing(
     fresh_proxy, reference, isolated_workers
 ):
-    """Each shard's first upload is cut after the emulator stored it (the worker sees a
-    reset connection): the writer uploads again, and the stray first copy is removed."""
-    inputs, model, local = reference
+    """Inputs on gs:// too, as on Dataflow. Each shard's first upload is cut after the
+    emulator stored it (the worker sees a reset connection): the writer uploads again, and
+    the stray first copy is removed."""
+    local_inputs, model, local = reference
+    for path in glob.glob(local_inputs):
+        data = open(path, "rb").read()
+        (paths.as_path(f"gs://{BUCKET}/text") / os.path.basename(path)).write_bytes(data)
+    inputs = f"gs://{BUCKET}/text/part-*.txt"
     names = [os.path.basename(f) for f in local.files if ".array_record-" in f]
     for name in names:
         fresh_proxy.add(Fault("reset", classes=("write", "chunk"), times=1, match=name + ".tmp-"))
@@ -156,4 +162,7 @@ def test_a_failed_upload_of_each_shard_is_retried_and_leaves_nothing(
                       "--direct_running_mode=multi_processing"],
     )  # fmt: skip
     assert fresh_proxy.injected("reset") == len(names) == 2 * SHARDS
+    remote = load_manifest(url)
+    assert [i["sha256"] for i in remote.inputs] == [i["sha256"] for i in local.inputs]
+    assert remote.inputs[0]["path"] == f"gs://{BUCKET}/text/part-0.txt"
     _assert_equal_corpora(url, local)
