@@ -156,7 +156,7 @@ def finish_dataset(out_dir: str, shards: dict[str, list[ShardRecord]]) -> dict[s
     expected = {}
     for split, records in shards.items():
         records = sorted(records, key=lambda r: r.relative)
-        count = len(records)
+        count = max(int(r.relative.rsplit("-of-", 1)[1]) for r in records)  # in every name
         wanted = {shard_relative(split, i, count) for i in range(count)}
         if {r.relative for r in records} != wanted:
             missing = sorted(wanted - {r.relative for r in records})
