@@ -5,19 +5,22 @@ Three passes over the data, each with a progress line on stderr:
   2. train the tokenizer on a bounded sample of those sentences (or check a given one),
      then tokenize the documents in worker processes, each document going whole to the
      train or the validation split;
-  3. write the tfds dataset (array_record) and manifest.json, the mark of a complete corpus.
+  3. write the shards (shard_writer: array_record, --num_shards a split, to out_dir local or
+     gs://), the tfds metadata, and manifest.json last, the mark of a complete corpus.
 
 Where each document goes, the corpus's document order and the tokenizer's sample are pure
 functions of each document's identity (document_keys), so the Apache Beam pipeline
 (beam_prepare, `beam_options`) that runs the same passes on many workers writes the same
-corpus: the same token streams and the same manifest fingerprint.
+corpus: the same shard files byte for byte, hence the same token streams and fingerprint.
 
 The output directory holds: manifest.json, spm.model, xlnet_corpus/1.0.0/ (the tfds
 dataset) and, once streams have read it, cache/. Preparing into a directory that already holds a
 corpus replaces it; a directory holding anything else is refused.
 
 Memory: one chunk of documents per worker, and about 100 bytes per document; disk: the normalised
-text (about the size of the input) while preparing. Tokenizer workers are spawned processes
+text (about the size of the input) and the token buffers while preparing, in out_dir (or, for a
+gs:// out_dir, the system's temporary directory), plus one shard at a time. With Beam the driver
+holds neither: the workers write the shards. Tokenizer workers are spawned processes
 (safe in a process that runs jax threads); a script that calls prepare_corpus with
 num_workers > 1 needs the usual `if __name__ == "__main__":` guard.
 """
