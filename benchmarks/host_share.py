@@ -12,8 +12,8 @@ markdown table.
                                   [--repeat 12]
 
 Without --corpus, the built-in corpus's documents (stdlib docstrings, about 0.4M tokens),
---repeat times over, are prepared (8000 pieces) with each split in --shards shards (tfds
-makes one shard below 128 MiB of records; tests/sharded_corpus.py pins the count).
+--repeat times over, are prepared (8000 pieces) with each split in --shards shards
+(`prepare --num_shards`).
 """
 
 import argparse
