@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import itertools
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable
@@ -122,9 +123,7 @@ def _commit(local: str, target: str) -> None:
     if not paths.is_remote(target):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         temporary = f"{target}{_TEMP_MARK}{uuid.uuid4().hex}"
-        with open(local, "rb") as source, open(temporary, "wb") as copy:
-            while block := source.read(16 * 2**20):
-                copy.write(block)
+        shutil.copyfile(local, temporary)  # the temporary directory may be another disk
         os.replace(temporary, target)
         return
     fs, target_path = fsspec.core.url_to_fs(target)
