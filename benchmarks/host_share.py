@@ -12,8 +12,8 @@ markdown table.
                                   [--repeat 12]
 
 Without --corpus, the built-in corpus's documents (stdlib docstrings, about 0.4M tokens),
---repeat times over, are prepared (8000 pieces) with each split in --shards shards (tfds
-makes one shard below 128 MiB of records; tests/sharded_corpus.py pins the count).
+--repeat times over, are prepared (8000 pieces) with each split in --shards shards
+(`prepare --num_shards`).
 """
 
 import argparse
@@ -76,7 +76,7 @@ def host_share_rows(corpus_dir: str, processes: list[int]) -> list[dict]:
             url = stack.enter_context(gcs_emulator.running())
             stack.enter_context(gcs_emulator.pointed_at(url))
             corpus = f"gs://{gcs_emulator.BUCKET}/corpus"
-            staging._publish(corpus_dir, corpus)
+            staging.publish(corpus_dir, corpus)
         manifest = load_manifest(corpus)
         corpus_bytes = sum(f["bytes"] for f in manifest.files.values())
         corpus_bytes += paths.as_path(manifest.tokenizer_path).stat().length
@@ -118,7 +118,6 @@ def _cache_root(root: str):
 
 def _prepare_builtin(tmp: str, repeat: int, shards: int) -> str:
     """The built-in corpus's documents `repeat` times over, prepared in `shards` shards."""
-    from tests.sharded_corpus import pinned_shards
     from xlnet_jax.data.builtin_corpus import builtin_documents
     from xlnet_jax.data.prepare import prepare_corpus
 
@@ -126,8 +125,7 @@ def _prepare_builtin(tmp: str, repeat: int, shards: int) -> str:
     with open(text, "w", encoding="utf-8") as f:
         f.write("\n\n".join(["\n".join(doc) for doc in builtin_documents()] * repeat) + "\n")
     corpus = os.path.join(tmp, "corpus")
-    with pinned_shards(shards):
-        prepare_corpus([text], corpus, vocab_size=8000)
+    prepare_corpus([text], corpus, vocab_size=8000, num_shards=shards)
     return corpus
 
 

@@ -47,6 +47,7 @@ def test_two_beam_workers_write_the_one_process_corpus_token_for_token():
     for split in ("train", "validation"):
         assert documents(beam.path, split) == documents(one.path, split), split
     assert manifest_fingerprint(beam) == manifest_fingerprint(one)
+    assert beam.files == one.files  # every shard and metadata file, byte for byte
     assert beam.splits == one.splits and beam.splits["validation"]["documents"] > 1
     assert beam.inputs == one.inputs  # damage counts and their first offsets included
     kinds = ("invalid_utf8_lines", "control_char_lines", "long_lines")

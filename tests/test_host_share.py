@@ -25,7 +25,7 @@ RANGED = ("--config.data_ranges=4", f"--config.corpus_dir={CORPUS}")
 def gcs():
     """The emulator's URL, holding the 8-shard test corpus at CORPUS."""
     with gcs_emulator.running() as url, gcs_emulator.pointed_at(url):
-        staging._publish(sharded_corpus(), CORPUS)
+        staging.publish(sharded_corpus(), CORPUS)
         yield url
 
 

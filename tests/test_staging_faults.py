@@ -68,7 +68,7 @@ def test_a_file_that_stays_different_is_refused(proxy):
     assert proxy.injected("corrupt") == staging.FETCHES
 
 
-def test_prepare_to_gs_uploads_the_manifest_last(proxy, tmp_path):
+def test_publishing_to_gs_uploads_the_manifest_last(proxy, tmp_path):
     order = []
     original = proxy._draw
 
@@ -80,11 +80,12 @@ def test_prepare_to_gs_uploads_the_manifest_last(proxy, tmp_path):
     proxy._draw = recording
     try:
         proxy.add(Fault("status", status=503, classes=("write",), times=2))
-        with staging.local_output(f"{ROOT}/published") as local:
-            for relative, data in {**FILES, MANIFEST_FILE: b"{}"}.items():
-                os.makedirs(os.path.dirname(os.path.join(local, relative)), exist_ok=True)
-                with open(os.path.join(local, relative), "wb") as f:
-                    f.write(data)
+        local = str(tmp_path / "local")
+        for relative, data in {**FILES, MANIFEST_FILE: b"{}"}.items():
+            os.makedirs(os.path.dirname(os.path.join(local, relative)), exist_ok=True)
+            with open(os.path.join(local, relative), "wb") as f:
+                f.write(data)
+        staging.publish(local, f"{ROOT}/published")
     finally:
         proxy._draw = original
     assert MANIFEST_FILE in order[-1] and sum(MANIFEST_FILE in u for u in order) >= 1

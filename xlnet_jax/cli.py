@@ -322,6 +322,13 @@ def _define_prepare(fv: flags.FlagValues) -> None:
         flag_values=fv,
     )
     flags.DEFINE_integer("seed", 0, "Seed of the train/validation split.", flag_values=fv)
+    flags.DEFINE_integer(
+        "num_shards",
+        64,
+        "array_record shards per split (fewer for a split of fewer documents): "
+        "config.data_ranges reads a share of the corpus on each of up to this many hosts.",
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "beam_runner",
         None,
@@ -341,25 +348,25 @@ def _define_prepare(fv: flags.FlagValues) -> None:
 def _prepare_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.data.prepare import pipeline_options, prepare_corpus
     from xlnet_jax.data.spm_source import resolve_spm_model
-    from xlnet_jax.data.staging import local_output
 
-    with local_output(_require(fv, "out")) as out:  # gs://: prepared locally, then uploaded
-        prepare_corpus(
-            args,
-            out,
-            vocab_size=fv.vocab_size,
-            spm_model=fv.spm_model and resolve_spm_model(fv.spm_model),
-            uncased=fv.uncased,
-            keep_accents=fv.keep_accents,
-            tfds_name=fv.tfds_name,
-            tfds_text_feature=fv.tfds_text_feature,
-            tfds_split=fv.tfds_split,
-            tfds_data_dir=fv.tfds_data_dir,
-            validation_fraction=fv.validation_fraction,
-            num_workers=fv.num_workers,
-            seed=fv.seed,
-            beam_options=pipeline_options(fv.beam_runner, fv.beam_options, fv.num_workers),
-        )
+    # local or gs://: the shards go there from whichever process writes them
+    prepare_corpus(
+        args,
+        _require(fv, "out"),
+        vocab_size=fv.vocab_size,
+        spm_model=fv.spm_model and resolve_spm_model(fv.spm_model),
+        uncased=fv.uncased,
+        keep_accents=fv.keep_accents,
+        tfds_name=fv.tfds_name,
+        tfds_text_feature=fv.tfds_text_feature,
+        tfds_split=fv.tfds_split,
+        tfds_data_dir=fv.tfds_data_dir,
+        validation_fraction=fv.validation_fraction,
+        num_workers=fv.num_workers,
+        num_shards=fv.num_shards,
+        seed=fv.seed,
+        beam_options=pipeline_options(fv.beam_runner, fv.beam_options, fv.num_workers),
+    )
     return 0
 
 

@@ -9,6 +9,8 @@ Text flows one way, one module per step:
   reading.py         reading and normalising the inputs, the first pass of both engines
   prepare.py         prepare_corpus(): the three passes, writing a corpus directory
   beam_prepare.py    the same passes as an Apache Beam pipeline (the beam extra)
+  shard_writer.py    the array_record shards and tfds metadata, written to local or gs://
+                     through a local temporary file (either engine, any process)
   tfds_builder.py    the corpus as a tfds array_record dataset (no tensorflow)
   manifest.py        manifest.json, load_manifest(), manifest_fingerprint()
   corpus.py          a split as flat token / sentence-start arrays, cached as .npy

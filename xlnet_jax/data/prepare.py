@@ -5,19 +5,22 @@ Three passes over the data, each with a progress line on stderr:
   2. train the tokenizer on a bounded sample of those sentences (or check a given one),
      then tokenize the documents in worker processes, each document going whole to the
      train or the validation split;
-  3. write the tfds dataset (array_record) and manifest.json, the mark of a complete corpus.
+  3. write the shards (shard_writer: array_record, --num_shards a split, to out_dir local or
+     gs://), the tfds metadata, and manifest.json last, the mark of a complete corpus.
 
 Where each document goes, the corpus's document order and the tokenizer's sample are pure
 functions of each document's identity (document_keys), so the Apache Beam pipeline
 (beam_prepare, `beam_options`) that runs the same passes on many workers writes the same
-corpus: the same token streams and the same manifest fingerprint.
+corpus: the same shard files byte for byte, hence the same token streams and fingerprint.
 
 The output directory holds: manifest.json, spm.model, xlnet_corpus/1.0.0/ (the tfds
 dataset) and, once streams have read it, cache/. Preparing into a directory that already holds a
 corpus replaces it; a directory holding anything else is refused.
 
 Memory: one chunk of documents per worker, and about 100 bytes per document; disk: the normalised
-text (about the size of the input) while preparing. Tokenizer workers are spawned processes
+text (about the size of the input) and the token buffers while preparing, in out_dir (or, for a
+gs:// out_dir, the system's temporary directory), plus one shard at a time. With Beam the driver
+holds neither: the workers write the shards. Tokenizer workers are spawned processes
 (safe in a process that runs jax threads); a script that calls prepare_corpus with
 num_workers > 1 needs the usual `if __name__ == "__main__":` guard.
 """
@@ -31,13 +34,16 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+from xlnet_jax import paths
 from xlnet_jax.data import (
     document_keys,
     reading,
+    shard_writer,
     sources,
     staging,
     tfds_builder,
@@ -85,13 +91,15 @@ def prepare_corpus(
     num_workers: int | None = None,
     seed: int = 0,
     beam_options: list[str] | None = None,
+    num_shards: int = shard_writer.NUM_SHARDS,
 ) -> Manifest:
     """Prepares a corpus directory for StreamBatcher.
 
     Args:
       inputs: text files or globs (one sentence per line, a blank line ends a document).
         With neither inputs nor tfds_name: the built-in corpus (stdlib docstrings).
-      out_dir: the corpus directory to create (or replace, if it holds a corpus).
+      out_dir: the corpus directory to create (or replace, if it holds a corpus), local
+        or gs://: the shards go there from whichever process writes them.
       vocab_size: pieces of the SentencePiece unigram model to train.
       spm_model: a .model to use instead of training one; its special ids are checked.
       uncased: lowercase the text (before training and tokenizing).
@@ -108,6 +116,8 @@ def prepare_corpus(
         (e.g. ["--runner=DirectRunner", "--direct_num_workers=2",
         "--direct_running_mode=multi_processing"]; [] is Beam's default runner). Needs
         the beam extra. None: this process and its tokenizer workers.
+      num_shards: array_record shards per split (fewer for a split of fewer documents):
+        config.data_ranges reads a share of the corpus on each of up to this many hosts.
 
     Returns:
       The manifest written to out_dir/manifest.json.
@@ -121,10 +131,15 @@ def prepare_corpus(
         inputs, tfds_name, tfds_text_feature, tfds_split, tfds_data_dir
     )
     norm = {"uncased": uncased, "keep_accents": keep_accents}
-    _claim(out_dir)
-    tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=out_dir)
+    remote = paths.is_remote(out_dir)
+    (staging.claim_remote if remote else _claim)(out_dir)
+    # This process's scratch: the tokenizer, the normalised text and the token buffers of
+    # the one-process path. The corpus itself goes to out_dir through shard_writer.
+    tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=None if remote else out_dir)
+    # Beam's workers report to the driver through files in out_dir, which they reach.
+    shared = f"{out_dir}/{_TEMP_PREFIX}{uuid.uuid4().hex}" if remote else tmp
     try:
-        model_path = os.path.join(out_dir, TOKENIZER_FILE)
+        model_path = os.path.join(tmp, TOKENIZER_FILE)
         if beam is None:
             text_path = os.path.join(tmp, "normalized.txt")
             docs = _normalize_inputs(inputs_, text_path, norm, validation_fraction, seed)
@@ -137,9 +152,10 @@ def prepare_corpus(
         else:
 
             def sample() -> Iterator[str]:
-                return beam.tokenizer_sample(inputs_, norm, tmp, beam_options)
+                return beam.tokenizer_sample(inputs_, norm, shared, beam_options)
 
         _write_model(model_path, model_bytes, vocab_size, sample)
+        paths.write_bytes_atomic(paths.as_path(out_dir) / TOKENIZER_FILE, _read(model_path))
         tokenize_start = time.perf_counter()
         if beam is None:
             held_out = np.array(
@@ -147,16 +163,28 @@ def prepare_corpus(
             )
             buffers = _tokenize(text_path, model_path, held_out, tmp, num_workers or _cores())
             buffers = {name: buf for name, buf in buffers.items() if buf.num_docs}
-            tfds_builder.write_dataset(
-                out_dir, {name: buf.documents for name, buf in buffers.items()}
-            )
+            shards = {
+                name: shard_writer.write_split(
+                    out_dir, name, buf.documents(), buf.num_docs, num_shards
+                )
+                for name, buf in buffers.items()
+            }
             splits = {name: buf.counts() for name, buf in buffers.items()}
         else:
-            splits, letters, tally = beam.write_corpus(
-                inputs_, out_dir, tmp, norm, model_path, validation_fraction, seed, beam_options
+            splits, letters, tally, shards = beam.write_corpus(
+                inputs_,
+                out_dir,
+                shared,
+                norm,
+                model_path,
+                validation_fraction,
+                seed,
+                num_shards,
+                beam_options,
             )
             reading.check_inputs(inputs_, letters)
             document_keys.split_rule(validation_fraction, tally)  # one document: its error
+        files = shard_writer.finish_dataset(out_dir, shards)
         tokenize_seconds = time.perf_counter() - tokenize_start
         sp = tokenizer.load_processor(model_path)
         manifest = Manifest(
@@ -176,15 +204,18 @@ def prepare_corpus(
             seed=seed,
             dataset={"name": tfds_builder.NAME, "version": tfds_builder.VERSION},
             stats=_stats(splits, time.perf_counter() - start, tokenize_seconds),
-            files=staging.dataset_files(out_dir),
+            files=files,
             word_starts=word_starts.rule_for(
                 [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
             ),
         )
-        save_manifest(manifest)
+        save_manifest(manifest)  # last: it marks a complete corpus
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if shared != tmp:
+            paths.retry(lambda: _remove_tree(shared), f"deleting {shared}")
     print_notes(manifest)
+    print(shard_writer.hosts_line(manifest.files), file=sys.stderr)
     counts = ", ".join(f"{s['tokens']:,} {name}" for name, s in manifest.splits.items())
     print(
         f"Prepared {out_dir}: {manifest.stats['tokens']:,} tokens ({counts}) in "
@@ -417,6 +448,17 @@ def _tokenize(
             buf.close()
     progress.close()
     return splits
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _remove_tree(url: str) -> None:
+    path = paths.as_path(url)
+    if path.exists():
+        path.rmtree()
 
 
 def _cores() -> int:

@@ -1,4 +1,5 @@
-"""Corpus inputs: text files and globs, a local tfds text dataset, or the built-in corpus.
+"""Corpus inputs: text files and globs (local or gs://), a local tfds text dataset, or the
+built-in corpus.
 
 Every input yields documents as lists of raw sentences (normalisation comes later) and
 fills `record`, its manifest entry: name, bytes, sha256 of the content read, and the
@@ -17,10 +18,14 @@ logged with the byte offset of its first line, and kept in the manifest:
 
 import glob
 import hashlib
+import io
 import logging
 import os
 from collections.abc import Iterator
 
+import fsspec
+
+from xlnet_jax import paths
 from xlnet_jax.data import builtin_corpus
 from xlnet_jax.data.normalize import CONTROL_CHARS
 from xlnet_jax.errors import DataError
@@ -61,10 +66,13 @@ def resolve_inputs(
 
 
 def expand_paths(inputs: list[str]) -> list[str]:
-    """Files named or matched by globs (sorted per glob, duplicates dropped)."""
-    paths: list[str] = []
+    """Files named or matched by globs, local or gs:// (sorted per glob, duplicates
+    dropped)."""
+    found: list[str] = []
     for item in inputs:
-        if glob.has_magic(item):
+        if paths.is_remote(item):
+            matches = _remote_matches(item)
+        elif glob.has_magic(item):
             matches = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise DataError(f"No file matches {item!r}; check the pattern and quote it.")
@@ -75,8 +83,25 @@ def expand_paths(inputs: list[str]) -> list[str]:
             raise DataError(f"Input {item} does not exist; check the path.")
         else:
             matches = [item]
-        paths += [p for p in matches if p not in paths]
-    return paths
+        found += [p for p in matches if p not in found]
+    return found
+
+
+def _remote_matches(item: str) -> list[str]:
+    """The objects an object-storage path or glob names (gs://B/text/*.txt)."""
+    fs, path = fsspec.core.url_to_fs(item)
+    protocol = item.split("://", 1)[0]
+
+    def listing() -> list[str]:
+        fs.invalidate_cache()
+        if glob.has_magic(path):
+            return sorted(p for p in fs.glob(path) if fs.isfile(p))
+        return [path] if fs.isfile(path) else []
+
+    matches = [f"{protocol}://{p}" for p in paths.retry(listing, f"listing {item}")]
+    if not matches:
+        raise DataError(f"No object matches {item!r}; check the path (and quote a glob).")
+    return matches
 
 
 class _Damage:
@@ -105,6 +130,13 @@ def _lines(f, sha) -> Iterator[tuple[bytes | None, int]]:
         yield None, size
 
 
+def _open(path: str):
+    """A local file or an object (gs://, read through gcsfs and its retries), binary."""
+    if not paths.is_remote(path):
+        return open(path, "rb")
+    return io.BufferedReader(paths.as_path(path).open("rb"), 2**20)  # readline(limit)
+
+
 class TextFile(Input):
     """A UTF-8 text file: one sentence per line, blank lines between documents."""
 
@@ -116,7 +148,7 @@ class TextFile(Input):
         sha, offset, lines = hashlib.sha256(), 0, 0
         bad, control, long = _Damage(), _Damage(), _Damage()
         doc: list[str] = []
-        with open(self.path, "rb") as f:
+        with _open(self.path) as f:
             for raw, size in _lines(f, sha):
                 line = None
                 if raw is None:

@@ -11,19 +11,16 @@ Downloads retry transient faults (paths.retry), and a file that arrives with ano
 sha256 (damaged or cut short on the way) is fetched again, up to FETCHES times, before it
 is reported.
 
-Publishing uploads the manifest last: it marks a complete corpus, so a reader never
-sees a half-uploaded one as prepared.
+Publishing (a copy of a local corpus) uploads the manifest last: it marks a complete
+corpus, so a reader never sees a half-uploaded one as prepared.
 """
 
-import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import BinaryIO
 
 from xlnet_jax import paths
@@ -141,29 +138,14 @@ def _fetch(source, target: str, sha256: str) -> int:
     )
 
 
-@contextlib.contextmanager
-def local_output(out_dir: str) -> Iterator[str]:
-    """Where to prepare a corpus for `out_dir`: itself if local, else a temporary local
-    directory that is published to `out_dir` when the block succeeds."""
-    if not paths.is_remote(out_dir):
-        yield out_dir
-        return
-    _claim_remote(out_dir)
-    local = tempfile.mkdtemp(prefix="xlnet-prepare-")
-    try:
-        yield local
-        _publish(local, out_dir)
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
-
-
-def _claim_remote(out_dir: str) -> None:
-    """Empties a remote out_dir of a previous corpus; refuses one holding anything else."""
+def claim_remote(out_dir: str) -> None:
+    """Empties a remote out_dir of a previous corpus (and of a failed preparation's
+    temporary folder); refuses one holding anything else."""
     root = paths.as_path(out_dir)
     if not root.exists():
         return
     entries = [p.name for p in root.iterdir()]
-    foreign = sorted(set(entries) - set(_OWNED) - {"cache"})
+    foreign = sorted(e for e in set(entries) - set(_OWNED) - {"cache"} if e[0] != ".")
     if foreign:
         raise DataError(
             f"{out_dir} is not empty and not a prepared corpus (it holds {foreign[:3]}...); "
@@ -179,8 +161,10 @@ def _claim_remote(out_dir: str) -> None:
             path.unlink()
 
 
-def _publish(local: str, out_dir: str) -> None:
-    """Uploads the prepared corpus, manifest.json last."""
+def publish(local: str, out_dir: str) -> None:
+    """Uploads a corpus prepared in the local directory `local` to `out_dir` (a copy of a
+    corpus; `prepare --out gs://...` writes there directly), manifest.json last."""
+    claim_remote(out_dir)
     root = paths.as_path(out_dir)
     relatives = [
         os.path.relpath(os.path.join(directory, name), local)

@@ -4,17 +4,16 @@ tensorflow.
 One example per document: `tokens` (int32 ids, without the <eod> that the streams add) and
 `sentence_lengths` (int32, summing to len(tokens)): the sentence boundaries that A and B
 are cut at. Shuffling is disabled so documents keep their corpus order, which the
-contiguous streams need. The builder is defined in the package, so its DatasetInfo is
-explicit; reading needs only the directory (`tfds.builder_from_directory`).
+contiguous streams need. shard_writer.py writes the shards and this DatasetInfo;
+reading needs only the directory (`tfds.builder_from_directory`).
 """
 
-import contextlib
 import os
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core import dataset_info as dataset_info_lib
 
 from xlnet_jax.errors import DataError
 
@@ -24,61 +23,35 @@ VERSION = "1.0.0"
 Document = tuple[np.ndarray, np.ndarray]  # (tokens, sentence_lengths), both int32
 
 
-class XlnetCorpus(tfds.core.GeneratorBasedBuilder):
-    """Tokenized documents of an XLNet pretraining corpus, one split per held-out set."""
-
-    VERSION = tfds.core.Version(VERSION)
-    # No code-relative files (checksums, metadata). tfds's lookup of this path for a builder
-    # in an installed package needs the importlib_resources backport, which we do not use.
-    code_path = None
-
-    def __init__(
-        self, *, splits: dict[str, Callable[[], Iterator[Document]]] | None = None, **kwargs
-    ):
-        """splits: split name -> a function giving that split's documents (when writing)."""
-        self._splits = splits or {}
-        super().__init__(**kwargs)
-
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description="Tokenized documents for XLNet pretraining (written by xlnet-jax prepare).",
-            features=tfds.features.FeaturesDict(
-                {
-                    "tokens": tfds.features.Tensor(shape=(None,), dtype=np.int32),
-                    "sentence_lengths": tfds.features.Tensor(shape=(None,), dtype=np.int32),
-                }
-            ),
-            disable_shuffling=True,
-        )
-
-    def _split_generators(self, dl_manager):
-        del dl_manager  # nothing is downloaded
-        return {name: self._generate_examples(docs) for name, docs in self._splits.items()}
-
-    def _generate_examples(self, docs: Callable[[], Iterator[Document]]):
-        for i, (tokens, lengths) in enumerate(docs()):
-            yield i, {"tokens": tokens, "sentence_lengths": lengths}
+def features() -> tfds.features.FeaturesDict:
+    """One document: its tokens and its sentences' lengths."""
+    return tfds.features.FeaturesDict(
+        {
+            "tokens": tfds.features.Tensor(shape=(None,), dtype=np.int32),
+            "sentence_lengths": tfds.features.Tensor(shape=(None,), dtype=np.int32),
+        }
+    )
 
 
-def write_dataset(out_dir: str, splits: dict[str, Callable[[], Iterator[Document]]]) -> str:
-    """Writes the splits under out_dir/xlnet_corpus/1.0.0; returns that directory."""
-    builder = XlnetCorpus(splits=splits, data_dir=out_dir, file_format="array_record")
-    return prepare_builder(builder, out_dir)
-
-
-def prepare_builder(builder: XlnetCorpus, out_dir: str, download_config=None) -> str:
-    """Runs the builder (a Beam pipeline if its split generators take one, with
-    download_config's beam_options); returns its data directory."""
-    tfds.disable_progress_bar()  # prepare draws its own
-    # tfds prints "Downloading and preparing..." to stdout; nothing is downloaded.
-    with tempfile.TemporaryDirectory(dir=out_dir) as downloads, contextlib.redirect_stdout(None):
-        builder.download_and_prepare(download_dir=downloads, download_config=download_config)
-    return builder.data_dir
+def dataset_info(data_dir: str) -> tfds.core.DatasetInfo:
+    """The corpus's DatasetInfo, without splits, for metadata written to data_dir (built
+    from an identity, not a builder: a builder looks for metadata and leaves a
+    temporary directory behind)."""
+    identity = dataset_info_lib.DatasetIdentity(
+        name=NAME, version=tfds.core.Version(VERSION), data_dir=data_dir, module_name=__name__
+    )
+    info = tfds.core.DatasetInfo(
+        builder=identity,
+        description="Tokenized documents for XLNet pretraining (written by xlnet-jax prepare).",
+        features=features(),
+        disable_shuffling=True,
+    )
+    info.set_file_format("array_record")
+    return info
 
 
 def dataset_dir(corpus_dir: str) -> str:
-    """Where write_dataset put the dataset of a prepared corpus."""
+    """Where the dataset of a prepared corpus is (shard_writer.py writes it)."""
     return os.path.join(corpus_dir, NAME, VERSION)
 
 
