@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 
@@ -65,6 +66,13 @@ def running(buckets: Sequence[str], port: int = 0, external_url: str = "") -> It
     """Runs the emulator on 127.0.0.1:`port` (0: a free one) with `buckets` created; yields
     its URL and stops it on exit. `external_url`: where clients reach it, when a proxy
     stands in front (resumable-upload locations point there)."""
+    with _server(buckets, port, external_url) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def _server(buckets: Sequence[str], port: int, external_url: str = "") -> Iterator[tuple[str, int]]:
+    """`running`, yielding (URL, the server's pid)."""
     url = f"http://127.0.0.1:{port or free_port()}"
     process = subprocess.Popen(
         [_binary(), "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
@@ -77,21 +85,27 @@ def running(buckets: Sequence[str], port: int = 0, external_url: str = "") -> It
         _wait_ready(url, process)
         for bucket in buckets:
             create_bucket(url, bucket)
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(timeout=10)
 
 
 def create_bucket(url: str, bucket: str) -> None:
-    """Creates `bucket` in the emulator at `url`."""
+    """Creates `bucket` in the emulator at `url`; ValueError if the emulator refuses it."""
     request = urllib.request.Request(
         f"{url}/storage/v1/b?project=emulator",
         data=json.dumps({"name": bucket}).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    urllib.request.urlopen(request, timeout=10).close()
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as e:
+        raise ValueError(
+            f"the emulator refused bucket {bucket!r} (HTTP {e.code}); a bucket name has 3-63 "
+            "lowercase letters, digits, '-', '_' or '.'"
+        ) from None
 
 
 def _wait_ready(url: str, process: subprocess.Popen) -> None:
@@ -132,12 +146,23 @@ def main(args: argparse.Namespace) -> int:
         print(exports(url))
         return 0
     buckets = args.bucket or ["xlnet-rehearsal"]
+    with socket.socket() as probe:  # fake-gcs-server would share a taken port silently
+        try:
+            probe.bind(("127.0.0.1", args.port))
+        except OSError:
+            print(
+                f"xlnet-jax launch emulator: error: port {args.port} on 127.0.0.1 is taken "
+                "(an emulator already running?); pass another --port.",
+                file=sys.stderr,
+            )
+            return 1
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with running(buckets, args.port):
+        with _server(buckets, args.port) as (_, pid):
             print(exports(url), flush=True)
             print(
-                f"GCS emulator at {url} with bucket(s) {', '.join(buckets)}, in memory; in "
+                f"GCS emulator at {url} (fake-gcs-server, pid {pid}) with bucket(s) "
+                f"{', '.join(buckets)}, in memory; in "
                 "every shell that runs xlnet-jax, run the export lines above (or "
                 f'eval "$(xlnet-jax launch emulator --print-env --port {args.port})"). '
                 "Ctrl-C stops it and forgets its contents.",
@@ -146,11 +171,11 @@ def main(args: argparse.Namespace) -> int:
             )
             while True:
                 time.sleep(3600)
+    except ValueError as e:
+        print(f"xlnet-jax launch emulator: error: {e}", file=sys.stderr)
+        return 1
     except (RuntimeError, TimeoutError) as e:
-        print(
-            f"xlnet-jax launch emulator: error: {e}; is port {args.port} taken? Pass --port.",
-            file=sys.stderr,
-        )
+        print(f"xlnet-jax launch emulator: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("GCS emulator stopped", file=sys.stderr)
