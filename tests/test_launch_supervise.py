@@ -105,3 +105,15 @@ def test_the_restart_policy(code, cause):
     assert restarts.cause(code) == cause
     if cause:
         assert restarts.pause_s(code) > 0
+
+
+def test_a_block_that_the_run_outlives_is_passed_on_in_order(tmp_path, capsys):
+    text = (
+        "E1125 15:42:43.701872     422 slow_operation_alarm.cc:73] \n"
+        "[Compiling module jit_train_step for CPU] Very slow compile?\n"
+        'Traceback (most recent call last):\n  File "x.py"\nOSError: retried\n'
+        "2026-11-25 15:46:58,596 INFO Compiled the train step in 453.9 s\n"
+        "step 4/8 | loss 6.0\n"
+    )
+    assert supervise.run(_child(tmp_path, text, "sys.exit(0)"), "train") == 0
+    assert capsys.readouterr().err == "step 3/8 | loss 6.1\n" + text

@@ -36,13 +36,19 @@ from collections.abc import Sequence
 PEER_LOST_EXIT_CODE = 5  # the job lost a process; `launch run` restarts it
 SUPERVISED_ENV = "XLNET_JAX_SUPERVISED"  # set in the child: it runs the command itself
 KILL_GRACE_S = 15.0
-# A held block that the child outlives by this long was not its end: it is passed on.
+# A held block that the child outlives by this long was not its end: it is passed on
+# (at once when a log record or progress line follows it).
 RELEASE_AFTER_S = 30.0
 
+# Lines that may open a survivor's last words: a traceback, a glog line of jax's distributed
+# runtime, a fatal check, an uncaught C++ exception.
 _BLOCK_START = re.compile(
-    r"^(Traceback \(most recent call last\)|[WEF]\d{4} \d\d:\d\d:\d\d\.\d+ |\*\*\* Check failure"
-    r"|terminate called)"
+    r"^(Traceback \(most recent call last\)"
+    r"|[WEF]\d{4} [\d:.]+\s+\d+ (coordination_service\w*|preemption_sync_manager|client)\.(cc|h):"
+    r"|\*\*\* Check failure|terminate called)"
 )
+# A line of the run going on (a log record, a progress line): a held block was not its end.
+_GOING_ON = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ |step \d+/)")
 # The job lost a process (as opposed to this process failing by itself).
 _LOSS = re.compile(
     r"Gloo .* failed|detected fatal errors|stopped sending heartbeats|heartbeat timeout"
@@ -141,7 +147,8 @@ class _Reader(threading.Thread):
         for raw in self.child.stderr:
             line = raw.decode(errors="replace")
             now = time.monotonic()
-            if self.held and self.loss_seen is None and now - self.held_since > RELEASE_AFTER_S:
+            went_on = _GOING_ON.match(line) or now - (self.held_since or now) > RELEASE_AFTER_S
+            if self.held and self.loss_seen is None and went_on:
                 sys.stderr.write("".join(self.held))  # the child went on: not its end
                 self.held, self.held_since = [], None
             if not self.held and not _BLOCK_START.match(line):
