@@ -71,9 +71,12 @@ def _losses(workdir: Path) -> dict[int, float]:
 
 def test_survivors_exit_in_one_line_and_a_relaunch_is_bit_exact(tmp_path):
     straight = tmp_path / "straight"
+    uninterrupted = _start(straight)  # first: the others find its compiled step in the cache
+    deadline = time.time() + 900
+    while "step 1/" not in _stderr(straight, 0):
+        assert uninterrupted[0].poll() is None and time.time() < deadline, _stderr(straight, 0)
+        time.sleep(0.1)
     jobs = {case: _start(tmp_path / case, slow=0.3) for case in CASES}
-    uninterrupted = _start(straight)
-    deadline = time.time() + 400
     waiting = set(CASES)
     lost_at = {}
     while waiting:  # each case loses its process once its step 2 is saved
@@ -103,12 +106,12 @@ def test_survivors_exit_in_one_line_and_a_relaunch_is_bit_exact(tmp_path):
         assert "Traceback" not in said and "Check failure" not in said, said[-3000:]
     print("survivors' exit after the loss:", {c: f"{s:.1f} s" for c, s in seconds.items()})
 
-    assert [p.wait(timeout=400) for p in uninterrupted] == [0, 0], _stderr(straight, 0)[-3000:]
+    assert [p.wait(timeout=900) for p in uninterrupted] == [0, 0], _stderr(straight, 0)[-3000:]
     relaunched = {case: _start(tmp_path / case) for case in CASES}
     want = _losses(straight)
     assert sorted(want) == list(range(1, 9))
     for case, processes in relaunched.items():
-        assert [p.wait(timeout=400) for p in processes] == [0, 0], _stderr(tmp_path / case, 0)
+        assert [p.wait(timeout=900) for p in processes] == [0, 0], _stderr(tmp_path / case, 0)
         assert "Resumed from step" in _stderr(tmp_path / case, 0)
         assert _losses(tmp_path / case) == want, case
         harness.assert_trees_equal(
