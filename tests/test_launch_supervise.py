@@ -49,8 +49,25 @@ def _child(tmp_path: Path, stderr_text: str, ending: str) -> list[str]:
     return [sys.executable, str(script)]
 
 
+# ... and another time, the coordinator's reset connection seen first.
+COORDINATOR_RESET = """\
+E1125 16:04:50.944078   26724 coordination_service_agent.cc:289] Polled an error from \
+coordination service (this can be an error from this or another task).
+F1125 16:04:50.944168   26724 client.h:80] Terminating process because the JAX distributed \
+service detected fatal errors.
+Additional GRPC error information from remote target coordination_service while calling \
+/xla.coordination.CoordinationService/PollForError:
+:UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"recvmsg:Connection reset by peer"}
+"""
+
+
 @pytest.mark.parametrize(
-    "text, who", [(PEER_KILLED, "process 1"), (COORDINATOR_KILLED, "process 0 (the coordinator)")]
+    "text, who",
+    [
+        (PEER_KILLED, "process 1"),
+        (COORDINATOR_KILLED, "process 0 (the coordinator)"),
+        (COORDINATOR_RESET, "process 0 (the coordinator)"),
+    ],
 )
 def test_an_abort_after_a_lost_peer_becomes_one_line_and_exit_code_5(tmp_path, capsys, text, who):
     code = supervise.run(_child(tmp_path, text, "os.abort()"), "train", process_id=1)

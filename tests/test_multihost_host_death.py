@@ -92,19 +92,21 @@ def test_survivors_exit_in_one_line_and_a_relaunch_is_bit_exact(tmp_path):
         assert time.time() < deadline, "no job reached step 2"
         time.sleep(0.01)
 
-    seconds = {}
+    seconds, endings = {}, {}
     for case, (lost, _, survivor) in CASES.items():
         code = jobs[case][survivor].wait(timeout=HEARTBEAT + BOUND + 60)
         seconds[case] = time.monotonic() - lost_at[case]
         jobs[case][lost].kill()  # the hung one too: its job starts again below
         jobs[case][lost].wait()
-        said = _stderr(tmp_path / case, survivor)
+        endings[case] = code, _stderr(tmp_path / case, survivor)
+    print("survivors' exit after the loss:", {c: f"{s:.1f} s" for c, s in seconds.items()})
+    for case, (lost, _, _) in CASES.items():
+        code, said = endings[case]
         assert code == PEER_LOST_EXIT_CODE, f"{case}: exit code {code}\n{said[-3000:]}"
         assert seconds[case] < HEARTBEAT + BOUND, f"{case}: took {seconds[case]:.0f} s"
         last = said.strip().splitlines()[-1]
         assert last.startswith(f"xlnet-jax train: error: the job lost process {lost}"), last
         assert "Traceback" not in said and "Check failure" not in said, said[-3000:]
-    print("survivors' exit after the loss:", {c: f"{s:.1f} s" for c, s in seconds.items()})
 
     assert [p.wait(timeout=900) for p in uninterrupted] == [0, 0], _stderr(straight, 0)[-3000:]
     relaunched = {case: _start(tmp_path / case) for case in CASES}

@@ -56,8 +56,9 @@ _LOSS = re.compile(
 )
 _TASK_TIMEOUT = re.compile(r"Task (\d+) heartbeat timeout")
 _UNHEALTHY = re.compile(r"stopped sending heartbeats\):\s*\n\s*([\d, ]+)")
+# The coordination service itself is unreachable (gRPC UNAVAILABLE): process 0 is gone.
 _COORDINATOR_GONE = re.compile(
-    r"Socket closed|failed to connect to all addresses|Connection refused"
+    r"grpc_status:14|Socket closed|failed to connect to all addresses|Connection refused"
 )
 
 
