@@ -309,8 +309,12 @@ def wait_for(condition, seconds: float = 10.0) -> None:
         (["train", "--config", "c.py", "--workdir", "w", "--zone", "us-central1-a"], "--name"),
         (["train", "--config", "c.py", "--workdir", "w", "--backend", "local", "--name", "x"],
          "--name"),
-        (["train", "--config", "c.py", "--workdir", "gs://b/w", "--backend", "local"],
-         "--workdir"),
+        (["run", "--backend", "local", "--config", "c.py", "--workdir", "w", "--name", "x"],
+         "--name"),
+        (["run", *TPU, "--accelerator-type", "v3-8", "--config", "c.py", "--workdir", "gs://b/w",
+          "--num-processes", "2"], "--num-processes"),
+        (["run", "--zone", "us-central1-a", "--accelerator-type", "v3-8", "--config", "c.py",
+          "--workdir", "gs://b/w"], "--name"),
         (["train", "--config", "c.py", "--workdir", "w", "--backend", "local", "--port", "7e"],
          "--port"),
         (["train", *TPU, "--config", "c.py", "--workdir", "w", "--config.seed"],
@@ -338,11 +342,16 @@ with open(os.path.join(flags["workdir"], f"seen_{i}.json"), "w") as f:
 print(f"hello from process {i}", flush=True)
 if flags.get("config.ignore_sigterm") == str(i):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if flags.get("config.exit_once") and not os.path.exists(os.path.join(flags["workdir"], "exited")):
+    if i == 1:
+        open(os.path.join(flags["workdir"], "exited"), "w").close()
+        sys.exit(int(flags["config.exit_once"]))
+    time.sleep(60)  # stopped by the launcher
 if flags.get("config.fail") == str(i):
     time.sleep(float(flags.get("config.fail_after", 0)))
     print("ValueError: boom", file=sys.stderr)
     print("noise\\n" * 30, file=sys.stderr)
-    sys.exit(3)
+    sys.exit(int(flags.get("config.exit_code", 3)))
 time.sleep(float(flags.get("config.sleep", 0)))
 print(f"process {i} done", flush=True)
 """
@@ -452,3 +461,53 @@ def test_local_dry_run_picks_one_free_port_and_keeps_override_order(capsys):
             "--num_cpu_devices=1", "--config=c.py", "--workdir=w",
             "--config.a=x_y", "--config.b=1", "--config.a=2 3", "--config.a=4",
         ]  # fmt: skip
+
+
+def _starts(log: Path) -> int:
+    return log.read_text().count("hello from process 1")
+
+
+@pytest.mark.parametrize("code", [5, 4, 137])
+def test_local_run_restarts_the_job_after_a_lost_process(tmp_path, capsys, fake_train, code):
+    workdir = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--config", "c.py", "--workdir", str(workdir),
+            "--timeout", "30", "--restart-pause", "0", f"--config.exit_once={code}"]  # fmt: skip
+    assert pod.main(argv, local_program=fake_train) == 0
+    assert _starts(workdir / "logs" / "process_1.log") == 2  # appended: both starts
+    err = capsys.readouterr().err
+    assert f"(exit code {code}); training again in 0 s on every process" in err
+    assert "(restart 1 of 5)" in err
+
+
+def test_local_train_restarts_only_with_max_restarts_and_counts_them(tmp_path, capsys, fake_train):
+    workdir = tmp_path / "run"
+    assert local_train(fake_train, workdir, "--config.exit_once=5") == 5
+    assert "training again" not in capsys.readouterr().err
+    (workdir / "exited").unlink()
+    code = local_train(fake_train, workdir, "--config.exit_once=5", "--max-restarts", "1",
+                       "--restart-pause", "0")  # fmt: skip
+    assert code == 0 and "(restart 1 of 1)" in capsys.readouterr().err
+
+
+def test_local_run_gives_up_after_max_restarts_and_does_not_retry_own_errors(
+    tmp_path, capsys, fake_train
+):
+    argv = ["run", "--backend", "local", "--config", "c.py", "--timeout", "30",
+            "--restart-pause", "0", "--max-restarts", "2"]  # fmt: skip
+    lost = [*argv, "--workdir", str(tmp_path / "a"), "--config.fail=1", "--config.exit_code=5"]
+    assert pod.main(lost, local_program=fake_train) == 5
+    err = capsys.readouterr().err
+    assert "(restart 2 of 2)" in err and "after 2 restart(s) (--max-restarts=2)" in err
+    own = [*argv, "--workdir", str(tmp_path / "b"), "--config.fail=1"]
+    assert pod.main(own, local_program=fake_train) == 3
+    assert "training again" not in capsys.readouterr().err
+
+
+def test_local_backend_takes_a_gs_workdir_and_logs_locally(tmp_path, capsys, fake_train,
+                                                            monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    assert local_train(fake_train, "gs://bucket/runs/a") == 0
+    log = tmp_path / "xlnet-jax-logs" / "bucket" / "runs" / "a" / "process_1.log"
+    assert "process 1 done" in log.read_text()
+    assert local_train(fake_train, "gs://bucket/runs/a", "--log-dir", "here") == 0
+    assert "process 1 done" in (tmp_path / "here" / "process_1.log").read_text()

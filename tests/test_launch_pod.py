@@ -181,6 +181,18 @@ def test_run_gives_up_after_its_retry_limit(tmp_path, monkeypatch, capsys):
     )
 
 
+@pytest.mark.parametrize("code", [5, 137])
+def test_a_lost_process_or_a_killed_trainer_restarts_the_job_on_the_same_slice(
+    tmp_path, monkeypatch, capsys, code
+):
+    code_, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[code, 0])
+    assert code_ == 0 and state["trains"] == 2
+    verbs = [call.split()[3] for call in state["calls"]]
+    assert verbs.count("create") == 1 and verbs.count("delete") == 0
+    err = capsys.readouterr().err
+    assert f"(exit code {code}); training again in 30 s on every worker" in err, err
+
+
 def test_a_failing_trainer_is_not_retried(tmp_path, monkeypatch, capsys):
     code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=3)
     assert code == 3 and state["trains"] == 1
@@ -201,7 +213,8 @@ def test_a_trainer_stopped_by_storage_is_trained_again_on_the_same_slice(
         "describe", "ssh",  # watch: finished
     ]  # fmt: skip
     err = capsys.readouterr().err
-    assert "object storage kept failing; training again" in err and "restart 1 of 2" in err
+    assert "object storage kept failing (exit code 4); training again in 120 s" in err
+    assert "restart 1 of 2" in err
 
 
 def test_storage_failures_count_among_the_restarts(tmp_path, monkeypatch, capsys):

@@ -66,7 +66,10 @@ def _blocks() -> list[tuple[list[str], str]]:
     section = POD_PAGE.read_text()
     blocks = []
     for body in re.findall(r"```console\n(.*?)```", section, flags=re.DOTALL):
-        command, _, output = body.partition("\n")
+        lines = body.split("\n")
+        end = next(i for i, line in enumerate(lines) if not line.endswith("\\"))
+        command = " ".join(line.removesuffix("\\").strip() for line in lines[: end + 1])
+        output = "\n".join(lines[end + 1 :])
         assert command.startswith("$ xlnet-jax launch "), command
         blocks.append((shlex.split(command)[3:], output))
     return blocks

@@ -567,6 +567,10 @@ def main(argv: list[str]) -> int:
         if name in ("train", "eval"):
             rest = _with_run_config(rest, reads_run=name == "eval")
         args = _parse(fv, name, rest)
+        from xlnet_jax.launch import supervise
+
+        if supervise.needed(fv):  # one of a multi-process job: a lost peer is one line
+            return supervise.run([sys.executable, *sys.orig_argv[1:]], name, fv.process_id)
         return command.main(fv, args)
     except (flags.Error, UsageError) as e:
         print(f"xlnet-jax {name}: error: {e}", file=sys.stderr)

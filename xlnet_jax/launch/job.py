@@ -5,10 +5,11 @@ every `poll` seconds. A slice that gcloud reports lost (PREEMPTED, TERMINATED, .
 queued resource SUSPENDED, FAILED, ...) is deleted and recreated, set up again and
 trained again: training resumes from the workdir's newest checkpoint, so the workdir
 must be on gs://. After `max_restarts` recreations it gives up with a message naming
-the state it last saw. A trainer that stopped because object storage kept failing (exit
-code STORAGE_EXIT_CODE on worker 0) is stopped on every worker and started again after
-STORAGE_PAUSE_S, on the same slice, counted among the restarts. Any other failure of the
-trainer (a non-zero exit code) is reported and returned, without a retry.
+the state it last saw. A trainer that failed on a healthy slice in a way `restarts.cause`
+names (storage kept failing, the job lost a process, a trainer killed by a signal; read
+from worker 0's exit code) is stopped on every worker and started again after
+`restarts.pause_s`, on the same slice, counted among the restarts. Any other exit code of
+the trainer ends the job with that code.
 """
 
 import subprocess
@@ -16,11 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from xlnet_jax.errors import STORAGE_EXIT_CODE
-from xlnet_jax.launch import commands, remote
-
-# The trainer already retried storage for its budget; give an outage this long to end.
-STORAGE_PAUSE_S = 120.0
+from xlnet_jax.launch import commands, remote, restarts
 
 _UP = {"READY", "ACTIVE"}
 _STARTING = {
@@ -49,13 +46,15 @@ def run_job(
     *,
     max_restarts: int,
     poll: float,
+    restart_pause: float | None = None,
     gcloud: Gcloud = _gcloud,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Runs the job to its end; the trainer's exit code, or 1 after too many restarts.
 
-    `stop` stops the trainer on every worker (before a storage failure's retry)."""
-    restarts, state, set_up = 0, _state(where, queued, gcloud), False
+    `stop` stops the trainer on every worker (before a failed trainer's restart);
+    `restart_pause` replaces the policy's pause (restarts.pause_s) when given."""
+    restarted, state, set_up = 0, _state(where, queued, gcloud), False
     while True:
         if state is not None and state not in _UP | _STARTING:
             _say(f"the slice is {state}: deleting it to recreate it")
@@ -71,27 +70,24 @@ def run_job(
                     return _fail(f"`{subprocess.list2cmdline(argv)}` failed")
             set_up = True
             state, code = _watch(where, queued, gcloud, sleep, poll)
-            if code == STORAGE_EXIT_CODE and restarts < max_restarts:
-                restarts += 1
-                _say(
-                    f"training stopped because object storage kept failing; training again "
-                    f"in {STORAGE_PAUSE_S:g} s, from the newest checkpoint (restart {restarts} "
-                    f"of {max_restarts})"
-                )
+            if code is not None and restarts.cause(code) and restarted < max_restarts:
+                restarted += 1
+                pause = restarts.pause_s(code) if restart_pause is None else restart_pause
+                _say(restarts.announce("worker", code, pause, restarted, max_restarts))
                 gcloud(stop)  # a worker still waiting on the one that stopped
-                sleep(STORAGE_PAUSE_S)
+                sleep(pause)
                 continue
             if code is not None:
                 _say(f"training ended with exit code {code}")
                 return code
-        if restarts == max_restarts:
+        if restarted == max_restarts:
             return _fail(
-                f"the slice was lost ({state}) {restarts + 1} time(s); gave up after "
+                f"the slice was lost ({state}) {restarted + 1} time(s); gave up after "
                 f"--max-restarts={max_restarts}. Rerun `launch run` to continue from the "
                 "newest checkpoint."
             )
-        restarts += 1
-        _say(f"the slice was lost ({state}); restart {restarts} of {max_restarts}")
+        restarted += 1
+        _say(f"the slice was lost ({state}); restart {restarted} of {max_restarts}")
 
 
 def _state(where, queued: bool, gcloud: Gcloud) -> str | None:

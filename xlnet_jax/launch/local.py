@@ -3,7 +3,8 @@
 A multi-process JAX job is all-or-nothing: when one process dies the others block in
 their next collective. So the first non-zero exit ends the job: the others are
 terminated, and the exit code and the dead process's log are reported. A timeout bounds
-the whole job. Process 0's log is echoed to stdout as it grows.
+the whole job. Process 0's log is echoed to stdout as it grows. `run_with_restarts`
+starts such a job again under the restart policy of `launch run` (restarts.py).
 """
 
 import os
@@ -12,9 +13,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
+
+from xlnet_jax.launch import restarts
 
 DEFAULT_PROGRAM = (sys.executable, "-m", "xlnet_jax.cli")
 POLL_SECONDS = 0.1
@@ -42,9 +45,10 @@ def run(
 ) -> int:
     """Runs `commands` at once, process i logging to `log_paths(log_dir, n)[i]` (appended).
 
-    Returns 0 when all exit 0; else the first failure's exit code (1 if it was killed by
-    a signal), 124 on timeout, 130 on Ctrl-C. Processes still running at the end are sent SIGTERM,
-    then SIGKILL after `grace_seconds` (JAX treats SIGTERM as a preemption notice).
+    Returns 0 when all exit 0; else the first failure's exit code (128+N if it was killed
+    by signal N, as shells say), 124 on timeout, 130 on Ctrl-C. Processes still running at
+    the end are sent SIGTERM, then SIGKILL after `grace_seconds` (JAX treats SIGTERM as a
+    preemption notice).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     logs = log_paths(log_dir, len(commands))
@@ -71,6 +75,39 @@ def run(
         _terminate(procs, grace_seconds)
 
 
+def run_with_restarts(
+    make_commands: Callable[[], Sequence[Sequence[str]]],
+    log_dir: Path,
+    timeout: float | None,
+    max_restarts: int,
+    restart_pause: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """`run`s the job, and again after each failure that restarts.cause names, at most
+    `max_restarts` times; the last run's exit code.
+
+    `make_commands` gives each attempt's commands (a fresh coordinator port each time);
+    `timeout` bounds each attempt; `restart_pause` replaces the policy's pause if given.
+    """
+    restarted = 0
+    while True:
+        code = run(make_commands(), log_dir, timeout)
+        if restarts.cause(code) is None or restarted == max_restarts:
+            if code != 0 and max_restarts:
+                print(
+                    f"launch run: the job ended with exit code {code} after {restarted} "
+                    f"restart(s) (--max-restarts={max_restarts})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return code
+        restarted += 1
+        pause = restarts.pause_s(code) if restart_pause is None else restart_pause
+        line = restarts.announce("process", code, pause, restarted, max_restarts)
+        print(f"launch run: {line}", file=sys.stderr, flush=True)
+        sleep(pause)
+
+
 def _wait(
     procs: Sequence[subprocess.Popen], logs: Sequence[Path], echo: BinaryIO, timeout: float | None
 ) -> int:
@@ -83,7 +120,7 @@ def _wait(
         if failed:
             i = failed[0]
             _report(f"process {i} exited with code {codes[i]}; its log: {logs[i]}", logs[i])
-            return codes[i] if codes[i] > 0 else 1
+            return codes[i] if codes[i] > 0 else 128 - codes[i]
         if all(code == 0 for code in codes):
             print(f"all {len(procs)} processes finished; logs in {logs[0].parent}", file=sys.stderr)
             return 0

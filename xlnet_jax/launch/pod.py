@@ -13,9 +13,20 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xlnet_jax.launch import commands, job, local, names, remote, runner, versions
+from xlnet_jax.launch import (
+    commands,
+    emulator,
+    job,
+    local,
+    names,
+    remote,
+    restarts,
+    runner,
+    versions,
+)
 
 PROG = "xlnet-jax launch"
+LOCAL_LOGS = "xlnet-jax-logs"  # the local backend's logs of a gs:// workdir, under the cwd
 STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
 # `train` flags that `launch train` and `launch run` pass on, as the --config.FIELD overrides.
 TRAIN_SWITCHES = ("--allow_version_change",)
@@ -87,13 +98,13 @@ def _queued_ssh_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _slice_options(parser: argparse.ArgumentParser) -> None:
+def _slice_options(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """The flags of `create` (and `run`) that describe the slice."""
     parser.add_argument(
         "--accelerator-type",
         metavar="TYPE",
         type=names.accelerator_type,
-        required=True,
+        required=required,
         help="e.g. v3-32, v4-16, v5litepod-16, v5p-32, v6e-8",
     )
     parser.add_argument(
@@ -179,6 +190,56 @@ def _source_options(setup: argparse.ArgumentParser) -> None:
     )
 
 
+def _local_options(parser: argparse.ArgumentParser) -> None:
+    """The flags of `train` and `run` with --backend local."""
+    here = parser.add_argument_group("--backend local")
+    here.add_argument(
+        "--num-processes",
+        type=names.positive_int,
+        metavar="N",
+        help="processes to run (default: 2)",
+    )
+    here.add_argument(
+        "--num-cpu-devices",
+        type=names.positive_int,
+        metavar="K",
+        help="CPU devices per process (default: 1)",
+    )
+    here.add_argument("--port", type=names.port, help="coordinator port (default: a free one)")
+    here.add_argument(
+        "--timeout",
+        type=names.positive_int,
+        metavar="SECONDS",
+        help="seconds before all are stopped, per start of the job (default: none)",
+    )
+    here.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        type=names.local_path,
+        help="where process i writes process_{i}.log (default: WORKDIR/logs, or for a gs:// "
+        f"WORKDIR {LOCAL_LOGS}/BUCKET/PATH)",
+    )
+
+
+def _restart_options(parser: argparse.ArgumentParser, default: int) -> None:
+    """The restart policy's flags (restarts.py): how many, after what pause."""
+    parser.add_argument(
+        "--max-restarts",
+        type=names.non_negative_int,
+        default=default,
+        metavar="N",
+        help="starts of the job again after a lost slice, a lost process, a killed trainer or "
+        "storage that kept failing, before giving up (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--restart-pause",
+        type=names.non_negative_int,
+        metavar="SECONDS",
+        help=f"pause before each restart (default: {restarts.STORAGE_PAUSE_S:g} after storage "
+        f"failures, {restarts.LOST_PROCESS_PAUSE_S:g} after a lost process or killed trainer)",
+    )
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser and each subcommand's parser, by name (for their errors)."""
     parser = argparse.ArgumentParser(
@@ -228,13 +289,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "WORKDIR must be on gs:// or on storage that every worker shares.\n\n"
         "--backend local: runs --num-processes processes here, joined through a coordinator\n"
         "on 127.0.0.1, each with --num-cpu-devices CPU devices (JAX_PLATFORMS=cpu unless set)\n"
-        "and logging to WORKDIR/logs/process_{i}.log; waits for all of them.\n"
-        "If one fails the others are stopped and its exit code is returned.",
+        "and logging to --log-dir/process_{i}.log; waits for all of them. WORKDIR may be on\n"
+        "gs:// (a local emulator: `launch emulator`). If one fails the others are stopped;\n"
+        "with --max-restarts the job starts again as `launch run` would, else the failed\n"
+        "process's exit code is returned.",
         usage="%(prog)s --config CONFIG --workdir WORKDIR [--config.FIELD=VALUE ...]\n"
         "         [--backend tpu] --name NAME --zone ZONE [--project PROJECT] [--dry-run]\n"
         "   or: %(prog)s --config CONFIG --workdir WORKDIR [--config.FIELD=VALUE ...]\n"
         "         --backend local [--num-processes N] [--num-cpu-devices K] [--port PORT]\n"
-        "         [--timeout SECONDS] [--dry-run]",
+        "         [--timeout SECONDS] [--log-dir DIR] [--max-restarts N] [--dry-run]",
     )
     train.add_argument("--config", required=True, help="config file, e.g. configs/base.py")
     train.add_argument("--workdir", required=True, help="checkpoints, logs, metrics")
@@ -249,26 +312,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         default=None,
         help="reach the workers through the queued resource (--node=all; multislice)",
     )
-    here = train.add_argument_group("--backend local")
-    here.add_argument(
-        "--num-processes",
-        type=names.positive_int,
-        metavar="N",
-        help="processes to run (default: 2)",
-    )
-    here.add_argument(
-        "--num-cpu-devices",
-        type=names.positive_int,
-        metavar="K",
-        help="CPU devices per process (default: 1)",
-    )
-    here.add_argument("--port", type=names.port, help="coordinator port (default: a free one)")
-    here.add_argument(
-        "--timeout",
-        type=names.positive_int,
-        metavar="SECONDS",
-        help="seconds before all are stopped (default: none)",
-    )
+    _local_options(train)
+    _restart_options(train, default=0)
 
     status = _subcommand(
         sub,
@@ -331,28 +376,31 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "every --poll seconds. If gcloud reports it lost (preempted, terminated, suspended),\n"
         "deletes and recreates it, sets it up and trains again, which resumes from the\n"
         "newest checkpoint in WORKDIR (on gs://), up to --max-restarts times. A trainer that\n"
-        "stopped because object storage kept failing (exit code 4) is stopped on every worker\n"
-        "and started again two minutes later, counted among the restarts. Ends with the\n"
-        "trainer's exit code (worker 0), or 1 once it gives up.\n\n"
+        "stopped because object storage kept failing (exit code 4), because the job lost a\n"
+        "process (exit code 5: a host died or hung) or that was killed by a signal is\n"
+        "stopped on every worker and started again after --restart-pause, counted among the\n"
+        "restarts. Ends with the trainer's exit code (worker 0), or 1 once it gives up.\n\n"
+        "--backend local: the same job as `train --backend local`, under the same restart\n"
+        "policy (no slice, nothing shipped); WORKDIR may be local or on gs://.\n\n"
         "What is shipped: the committed tree, `git archive HEAD` of --source (default: the\n"
         "current directory), or a clone of --repo at --ref. Uncommitted changes (an edited\n"
         "or new config file too) are not: a tree with any is refused, naming them, unless\n"
         "--allow-dirty (then a warning names what stays behind).",
         usage="%(prog)s --name NAME --zone ZONE --accelerator-type TYPE --config CONFIG\n"
-        "         --workdir gs://... [create flags] [setup flags] [--config.FIELD=VALUE ...]",
+        "         --workdir gs://... [create flags] [setup flags] [--config.FIELD=VALUE ...]\n"
+        "   or: %(prog)s --backend local --config CONFIG --workdir WORKDIR [--num-processes N]\n"
+        "         [--num-cpu-devices K] [--log-dir DIR] [--max-restarts N] [--config.FIELD=...]",
     )
-    _tpu_options(run)
-    _slice_options(run)
+    run.add_argument(
+        "--backend", choices=["tpu", "local"], default="tpu", help="(default: %(default)s)"
+    )
+    _tpu_options(run, required=False)
+    _slice_options(run, required=False)
     _source_options(run)
+    _local_options(run)
     run.add_argument("--config", required=True, help="config file, e.g. configs/base.py")
     run.add_argument("--workdir", required=True, help="gs://BUCKET/PATH: survives the slice")
-    run.add_argument(
-        "--max-restarts",
-        type=names.non_negative_int,
-        default=5,
-        metavar="N",
-        help="recreations after losing the slice before giving up (default: %(default)s)",
-    )
+    _restart_options(run, default=5)
     run.add_argument(
         "--poll",
         type=names.positive_int,
@@ -360,6 +408,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         metavar="SECONDS",
         help="seconds between checks of the slice (default: %(default)s)",
     )
+
+    emulate = sub.add_parser(
+        "emulator",
+        help="run a local GCS emulator, to rehearse a pod on gs:// on this machine",
+        description=emulator.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    emulator.add_arguments(emulate)
 
     return parser, sub.choices
 
@@ -369,7 +426,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser, subparsers = build_parser()
     args, extras = parser.parse_known_args(argv)
     sub = subparsers[args.command]
-    if args.command in ("create", "run"):
+    if args.command == "run":
+        _check_run_backend(args, sub)
+    if args.command == "create" or (args.command == "run" and args.backend == "tpu"):
         _check_slice(args, sub)
     if args.command in ("setup", "run") and args.ref is not None and args.repo is None:
         sub.error("argument --ref: needs --repo")
@@ -385,13 +444,13 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         except argparse.ArgumentTypeError as e:
             sub.error(f"unrecognized argument: {e}")
     args.overrides = extras
-    if args.command == "run":
-        if not args.workdir.startswith("gs://"):
+    if args.command == "run":  # its backends' flags were checked above
+        if args.backend == "tpu" and not args.workdir.startswith("gs://"):
             sub.error("argument --workdir: must be on gs://, to outlive a preempted slice")
         return args
     options = {
         "tpu": ["name", "zone", "project", "queued"],
-        "local": ["num_processes", "num_cpu_devices", "port", "timeout"],
+        "local": _LOCAL_DESTS,
     }
     for backend, dests in options.items():
         for dest in dests:
@@ -401,9 +460,25 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         for dest in ["name", "zone"]:
             if getattr(args, dest) is None:
                 sub.error(f"argument --{dest}: required with --backend tpu")
-    elif "://" in args.workdir:
-        sub.error("argument --workdir: --backend local writes WORKDIR/logs, so a local path")
     return args
+
+
+_LOCAL_DESTS = ["num_processes", "num_cpu_devices", "port", "timeout", "log_dir"]
+
+
+def _check_run_backend(args: argparse.Namespace, sub: argparse.ArgumentParser) -> None:
+    """`run`: the slice's flags go with --backend tpu only, the local ones with local only."""
+    if args.backend == "local":
+        for dest in ["name", "zone", "project", "accelerator_type", "node_count", "repo"]:
+            if getattr(args, dest) is not None:
+                sub.error(f"argument --{dest.replace('_', '-')}: only with --backend tpu")
+        return
+    for dest in _LOCAL_DESTS:
+        if getattr(args, dest) is not None:
+            sub.error(f"argument --{dest.replace('_', '-')}: only with --backend local")
+    for dest in ["name", "zone", "accelerator_type"]:
+        if getattr(args, dest) is None:
+            sub.error(f"argument --{dest.replace('_', '-')}: required with --backend tpu")
 
 
 def _check_slice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> None:
@@ -504,6 +579,7 @@ def _run(args: argparse.Namespace) -> int:
         commands.ssh(*_where(args), "all", remote.stop(STOP_GRACE_S), bool(args.queued)),
         max_restarts=args.max_restarts,
         poll=args.poll,
+        restart_pause=args.restart_pause,
     )
 
 
@@ -518,20 +594,35 @@ _TPU_SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], Commands]] = {
 }
 
 
+def local_log_dir(workdir: str) -> Path:
+    """Where the local backend's processes log by default: WORKDIR/logs for a local
+    workdir; LOCAL_LOGS/BUCKET/PATH under the current directory for a gs:// one."""
+    if "://" in workdir:
+        return Path(LOCAL_LOGS) / workdir.split("://", 1)[1].strip("/")
+    return Path(workdir) / "logs"
+
+
 def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
-    num_processes = args.num_processes or 2
-    cmds = commands.local_train(
-        program,
-        args.port or local.free_port(),
-        num_processes,
-        args.num_cpu_devices or 1,
-        args.config,
-        args.workdir,
-        args.overrides,
-    )
+    """`train --backend local` and `run --backend local`: N processes here, restarted as
+    `launch run` restarts a pod's job (`train`: only with --max-restarts)."""
+
+    def make_commands() -> Commands:
+        return commands.local_train(
+            program,
+            args.port or local.free_port(),
+            args.num_processes or 2,
+            args.num_cpu_devices or 1,
+            args.config,
+            args.workdir,
+            args.overrides,
+        )
+
     if args.dry_run:
-        return runner.run_commands(cmds, dry_run=True)
-    return local.run(cmds, Path(args.workdir) / "logs", args.timeout)
+        return runner.run_commands(make_commands(), dry_run=True)
+    log_dir = Path(args.log_dir) if args.log_dir else local_log_dir(args.workdir)
+    return local.run_with_restarts(
+        make_commands, log_dir, args.timeout, args.max_restarts, args.restart_pause
+    )
 
 
 def uncommitted_files(source: str) -> list[str]:
@@ -579,10 +670,12 @@ def main(
         args = _parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:  # argparse: --help, or a usage error.
         return int(exit_.code or 0)
+    if args.command == "emulator":
+        return emulator.main(args)
+    if args.command in ("train", "run") and args.backend == "local":
+        return _train_local(args, local_program)
     if args.command in ("setup", "run") and args.repo is None and not _check_shipped_tree(args):
         return 1
-    if args.command == "train" and args.backend == "local":
-        return _train_local(args, local_program)
     if args.command == "run":
         return _run(args)
     return runner.run_commands(_TPU_SUBCOMMANDS[args.command](args), args.dry_run)
