@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import matmul
+from xlnet_jax.model.kernels import cost, matmul
 from xlnet_jax.model.kernels.tpu import forward, tiles
 
 
@@ -113,6 +113,10 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, 
     else:
         out_shape.append(out((rows, keys)))
         out_specs.append(_key_major(forward.positional_spec(spec, pos_src)))  # the bias tile
+    operands = (
+        qw, seg, row, k, v, key, pos_src, *forward.optional_inputs(spec, qr, words), do, lse, delta
+    )  # fmt: skip
+    products = forward.tile_products(spec, forward_pass=False)
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=(batch, heads, keys // b, rows // b),
@@ -122,6 +126,7 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, 
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary", "arbitrary")
         ),
+        cost_estimate=cost.estimate(qw, keys, products, (*operands, *out_shape)),
         interpret=interpret,
         name="xlnet_relative_attention_bwd",
-    )(qw, seg, row, k, v, key, pos_src, *forward.optional_inputs(spec, qr, words), do, lse, delta)
+    )(*operands)

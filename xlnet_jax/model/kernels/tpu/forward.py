@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import masks, matmul
+from xlnet_jax.model.kernels import cost, masks, matmul
 from xlnet_jax.model.kernels.tpu import tiles
 
 
@@ -111,6 +111,14 @@ def in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
     return specs + optional_inputs(spec, q_spec(b, width), words)
 
 
+def tile_products(spec: tiles.TileSpec, forward_pass: bool) -> int:
+    """[b, b, H] products per score tile: the forward's q.k and p.v (and the windowed
+    positional scores, one [b, 2b] product); the backward's recomputed scores, dP, dv, dk and
+    dq (and, windowed, the positional scores again, d(q + r_r) and dk_r, [b, 2b] each)."""
+    positional = 2 if spec.windowed else 0
+    return 2 + positional if forward_pass else 5 + 3 * positional
+
+
 def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *, interpret):
     """(out [B, N, Qp, H] in qw's dtype, lse float32 [B, N, Qp, 1]) of one stream.
 
@@ -119,15 +127,18 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
     batch, heads, rows, width = qw.shape
     b = spec.block
     grid = (batch, heads, rows // b, k.shape[2] // b)
+    out_shape = [
+        jax.ShapeDtypeStruct(qw.shape, qw.dtype),
+        jax.ShapeDtypeStruct((batch, heads, rows, 1), jnp.float32),
+    ]
+    operands = (qw, seg, row, k, v, key, pos_src, *optional_inputs(spec, qr, words))
+    products = tile_products(spec, forward_pass=True)
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=grid,
         in_specs=in_specs(spec, qw, pos_src),
         out_specs=[q_spec(b, width), q_spec(b, 1)],
-        out_shape=[
-            jax.ShapeDtypeStruct(qw.shape, qw.dtype),
-            jax.ShapeDtypeStruct((batch, heads, rows, 1), jnp.float32),
-        ],
+        out_shape=out_shape,
         scratch_shapes=[
             pltpu.VMEM((b, 1), jnp.float32),
             pltpu.VMEM((b, 1), jnp.float32),
@@ -136,6 +147,7 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
         ),
+        cost_estimate=cost.estimate(qw, k.shape[2], products, (*operands, *out_shape)),
         interpret=interpret,
         name="xlnet_relative_attention_fwd",
-    )(qw, seg, row, k, v, key, pos_src, *optional_inputs(spec, qr, words))
+    )(*operands)
