@@ -25,7 +25,7 @@ from xlnet_jax.model.kernels import masks
 from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.kernels.tpu import tiles as mosaic_tiles
 from xlnet_jax.training import kernel_check, sharding
-from xlnet_jax.training.program import build_program
+from xlnet_jax.training.program import Program, build_program
 
 GPU = jax.sharding.AbstractDevice(
     device_kind="NVIDIA H100 80GB HBM3", num_cores=None, platform="gpu"
@@ -153,19 +153,35 @@ def _crash(monkeypatch):
 WRONG_KERNELS = {"flipped mask": _flip_the_mask, "dropped scale": _drop_the_scale}
 
 
+@pytest.fixture
+def step_compiles(monkeypatch):
+    """The train step's own compile (the tests above, and test_compile) is skipped: these tests
+    are about the check that follows it, and the interpreted kernel compiles slowly."""
+    monkeypatch.setattr(Program, "_compile_train_step", lambda self: "the compiled step")
+
+
+@pytest.fixture
+def checks(monkeypatch) -> list:
+    """The configs the check ran for (a cached verdict adds none)."""
+    ran, run_check = [], kernel_check.run_check
+
+    def counted(config, device):
+        ran.append(config)
+        return run_check(config, device)
+
+    monkeypatch.setattr(kernel_check, "run_check", counted)
+    return ran
+
+
 def _kernel_records(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith("xlnet_jax")]
 
 
-@pytest.mark.parametrize("wrong", list(WRONG_KERNELS))
-def test_auto_falls_back_when_the_kernel_disagrees_on_the_device(
-    traced_for_gpu, monkeypatch, caplog, wrong
-):
-    WRONG_KERNELS[wrong](monkeypatch)
+def _auto_falls_back(caplog) -> None:
+    caplog.clear()
     program = _program("auto")
     with caplog.at_level(logging.WARNING, logger="xlnet_jax"):
-        program.compile_train_step()
-
+        assert program.compile_train_step() == "the compiled step"
     (record,) = _kernel_records(caplog)
     message = record.getMessage()
     assert record.levelno == logging.WARNING and "\n" not in message, message
@@ -173,11 +189,52 @@ def test_auto_falls_back_when_the_kernel_disagrees_on_the_device(
     assert "worst difference" in message and "XLA attention path instead" in message, message
     assert program.config.attention_impl == "xla"
     assert not xlnet.uses_kernel(program.model.config)
-    # The verdict is cached: a restart falls back again without running the check.
-    monkeypatch.setattr(kernel_check, "run_check", _must_not_run)
-    again = _program("auto")
-    again.compile_train_step()
-    assert again.config.attention_impl == "xla"
+
+
+def _pallas_refuses(verdicts) -> None:
+    program = _program("pallas")
+    with pytest.raises(ConfigError) as raised:
+        program.compile_train_step()
+    message = str(raised.value)
+    assert "\n" not in message and "attention_impl='pallas'" in message, message
+    assert "disagrees with the XLA path" in message and "worst difference" in message, message
+    assert "--config.attention_impl=xla" in message and str(verdicts) in message, message
+    assert program.config.attention_impl == "pallas"
+
+
+@pytest.mark.parametrize(
+    ("wrong", "first"), [("flipped mask", "auto"), ("dropped scale", "pallas")]
+)
+def test_a_wrong_kernel_is_not_trusted(
+    traced_for_gpu, step_compiles, checks, monkeypatch, caplog, wrong, first
+):
+    """auto falls back with one line, pallas refuses; the second of them (a restart) reads
+    the cached verdict instead of checking again."""
+    WRONG_KERNELS[wrong](monkeypatch)
+    for impl in (first, {"auto": "pallas", "pallas": "auto"}[first]):
+        if impl == "auto":
+            _auto_falls_back(caplog)
+        else:
+            _pallas_refuses(traced_for_gpu)
+    assert len(checks) == 1
+    assert checks[0].n_layer == kernel_check.CHECK_LAYERS
+    assert checks[0].batch_size == kernel_check.CHECK_ROWS
+
+
+def test_a_right_kernel_passes_with_one_info_line(traced_for_gpu, step_compiles, checks, caplog):
+    for impl, when in (("pallas", "checked in"), ("auto", "checked before")):
+        caplog.clear()
+        program = _program(impl)
+        with caplog.at_level(logging.INFO, logger="xlnet_jax.training.kernel_check"):
+            program.compile_train_step()
+        (record,) = _kernel_records(caplog)
+        message = record.getMessage()
+        assert record.levelno == logging.INFO and "\n" not in message, message
+        assert "agrees with the XLA path" in message and when in message, message
+        (verdict,) = traced_for_gpu.glob("*.json")
+        assert str(verdict) in message
+        assert program.config.attention_impl == impl
+    assert len(checks) == 1
 
 
 def test_the_check_fails_when_the_kernel_crashes_on_the_device(traced_for_gpu, monkeypatch):
@@ -189,38 +246,8 @@ def test_the_check_fails_when_the_kernel_crashes_on_the_device(traced_for_gpu, m
     assert "\n" not in failure
 
 
-@pytest.mark.parametrize("wrong", list(WRONG_KERNELS))
-def test_pallas_refuses_a_kernel_that_disagrees_on_the_device(traced_for_gpu, monkeypatch, wrong):
-    WRONG_KERNELS[wrong](monkeypatch)
+def test_no_check_where_the_kernel_runs_interpreted(checks):
+    """On a CPU (no chip patched in) "pallas" runs the interpreted kernel, unchecked."""
     program = _program("pallas")
-    with pytest.raises(ConfigError) as raised:
-        program.compile_train_step()
-    message = str(raised.value)
-    assert "\n" not in message and "attention_impl='pallas'" in message, message
-    assert "disagrees with the XLA path" in message and "worst difference" in message, message
-    assert "--config.attention_impl=xla" in message and str(traced_for_gpu) in message
-    assert program.config.attention_impl == "pallas"
-
-
-def test_a_right_kernel_passes_with_one_info_line_once(traced_for_gpu, monkeypatch, caplog):
-    program = _program("pallas")
-    with caplog.at_level(logging.INFO, logger="xlnet_jax.training.kernel_check"):
-        program.compile_train_step()
-    (record,) = _kernel_records(caplog)
-    message = record.getMessage()
-    assert record.levelno == logging.INFO and "\n" not in message, message
-    assert "agrees with the XLA path" in message and "checked in" in message, message
-    assert program.config.attention_impl == "pallas"
-    (verdict,) = traced_for_gpu.glob("*.json")
-    assert str(verdict) in message
-
-    monkeypatch.setattr(kernel_check, "run_check", _must_not_run)
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="xlnet_jax.training.kernel_check"):
-        _program("pallas").compile_train_step()
-    (record,) = _kernel_records(caplog)
-    assert "checked before" in record.getMessage()
-
-
-def _must_not_run(*args, **kwargs):
-    raise AssertionError("the check ran again for a cached verdict")
+    assert kernel_check.failure(program.config, program.mesh) is None
+    assert checks == []

@@ -104,7 +104,8 @@ def compiler_params(launch: tt.Launch) -> pltriton.CompilerParams:
 
 def cost(x: Inputs, matmuls: int, outputs: tuple[jax.ShapeDtypeStruct, ...]) -> pl.CostEstimate:
     """`matmuls` [Qp, Kp, H] products per (row, head) over x's operands and `outputs`."""
-    return kernel_cost.estimate(x.qw, x.k.shape[2], matmuls, (*x.as_tuple(), *outputs))
+    keys = x.k.shape[2]
+    return kernel_cost.estimate(x.qw, matmuls * keys, keys, (*x.as_tuple(), *outputs))
 
 
 def forward(spec: tt.GpuSpec, x: Inputs, *, interpret: bool):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import cost, matmul
+from xlnet_jax.model.kernels import matmul
 from xlnet_jax.model.kernels.tpu import forward, tiles
 
 
@@ -116,7 +116,6 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, 
     operands = (
         qw, seg, row, k, v, key, pos_src, *forward.optional_inputs(spec, qr, words), do, lse, delta
     )  # fmt: skip
-    products = forward.tile_products(spec, forward_pass=False)
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=(batch, heads, keys // b, rows // b),
@@ -126,7 +125,7 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, 
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary", "arbitrary")
         ),
-        cost_estimate=cost.estimate(qw, keys, products, (*operands, *out_shape)),
+        cost_estimate=forward.cost(spec, qw, k, pos_src, (*operands, *out_shape), False),
         interpret=interpret,
         name="xlnet_relative_attention_bwd",
     )(*operands)

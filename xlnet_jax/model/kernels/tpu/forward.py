@@ -13,7 +13,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from xlnet_jax.model.kernels import cost, masks, matmul
+from xlnet_jax.model.kernels import cost as kernel_cost
+from xlnet_jax.model.kernels import masks, matmul
 from xlnet_jax.model.kernels.tpu import tiles
 
 
@@ -111,12 +112,15 @@ def in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
     return specs + optional_inputs(spec, q_spec(b, width), words)
 
 
-def tile_products(spec: tiles.TileSpec, forward_pass: bool) -> int:
-    """[b, b, H] products per score tile: the forward's q.k and p.v (and the windowed
-    positional scores, one [b, 2b] product); the backward's recomputed scores, dP, dv, dk and
-    dq (and, windowed, the positional scores again, d(q + r_r) and dk_r, [b, 2b] each)."""
-    positional = 2 if spec.windowed else 0
-    return 2 + positional if forward_pass else 5 + 3 * positional
+def cost(spec: tiles.TileSpec, qw, k, pos_src, arrays: tuple, forward_pass: bool):
+    """XLA's estimate of a forward or backward call, counted as the XLA path counts the same
+    attention, so that MFU from XLA's figure compares across paths: per (row, head), q.k and
+    p.v over the keys, and the positional scores over the R relative encodings (content
+    stream; the query stream's bias is XLA's own op); the backward twice that (dq, dk, dv,
+    dP, and d(q + r_r), dk_r), not its recomputed scores nor the shifted windows' overlap."""
+    keys = k.shape[2]
+    products = 2 * keys + (pos_src.shape[2] if spec.windowed else 0)
+    return kernel_cost.estimate(qw, products if forward_pass else 2 * products, keys, arrays)
 
 
 def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *, interpret):
@@ -132,7 +136,6 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
         jax.ShapeDtypeStruct((batch, heads, rows, 1), jnp.float32),
     ]
     operands = (qw, seg, row, k, v, key, pos_src, *optional_inputs(spec, qr, words))
-    products = tile_products(spec, forward_pass=True)
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=grid,
@@ -147,7 +150,7 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
         ),
-        cost_estimate=cost.estimate(qw, k.shape[2], products, (*operands, *out_shape)),
+        cost_estimate=cost(spec, qw, k, pos_src, (*operands, *out_shape), forward_pass=True),
         interpret=interpret,
         name="xlnet_relative_attention_fwd",
     )(*operands)
