@@ -116,7 +116,10 @@ def run_check(config: ml_collections.ConfigDict, device: jax.Device) -> Verdict:
     """The kernel against the XLA path on `device`: loss, new memory and gradients."""
     start = time.perf_counter()
     tolerance = agreement.tolerance(config.dtype)
-    with jax.default_device(device), jax.default_matmul_precision("highest"):
+    # float32 means float32 (no TF32 on a GPU); a bfloat16 kernel keeps its default (Mosaic
+    # rejects a bfloat16 matmul at "highest": "Bad lhs type").
+    precision = "highest" if config.dtype == "float32" else "default"
+    with jax.default_device(device), jax.default_matmul_precision(precision):
         params, batch, mems = _inputs(config, device)
         try:  # the kernel first: a crash needs no reference
             actual = _loss_and_grads(config, "pallas", params, batch, mems)
