@@ -23,7 +23,7 @@ from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.model.xlnet import XLNetLM
-from xlnet_jax.training import optim, placement, sharding, steps
+from xlnet_jax.training import kernel_check, optim, placement, sharding, steps
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,9 @@ class Program:
     """The model, its optimiser and the jitted steps, laid out over one mesh.
 
     Frozen but for one change: `compile_train_step` moves an attention_impl="auto" program
-    whose kernel does not compile for the device to the XLA attention path (config, model
-    and both steps), so that training and evaluation go on without the kernel.
+    whose kernel does not compile for the device, or disagrees with the XLA path on it, to
+    the XLA attention path (config, model and both steps), so that training and evaluation
+    go on without the kernel.
 
     Attributes:
       config: the run's config.
@@ -86,8 +87,34 @@ class Program:
 
         A failure to compile the attention kernel for this device is, with "pallas", a
         ConfigError naming attention_impl, not a compiler traceback; with "auto", one
-        warning line, and the step compiled on the XLA attention path instead.
+        warning line, and the step compiled on the XLA attention path instead. A kernel that
+        compiles then proves itself on the device (training/kernel_check.py: GPUs and TPUs)
+        before it is trusted: a disagreement with the XLA path is handled the same way.
         """
+        compiled = self._compile_or_fall_back()
+        disagreement = kernel_check.failure(self.config, self.mesh)
+        if disagreement is None:
+            return compiled
+        chip = self.mesh.devices.flat[0].device_kind
+        if self.config.attention_impl == "pallas":
+            raise ConfigError(
+                "config.attention_impl='pallas': the attention kernel disagrees with the XLA "
+                f"path on {chip}: {disagreement}; set --config.attention_impl=xla, and please "
+                "report the config and chip."
+            )
+        log.warning(
+            "attention_impl='auto': the attention kernel disagrees with the XLA path on %s: "
+            "%s; training on the XLA attention path instead (--config.attention_impl=xla "
+            "skips the kernel; please report the config and chip).",
+            chip,
+            disagreement,
+        )
+        self._use_xla_attention()
+        return self._compile_train_step()
+
+    def _compile_or_fall_back(self):
+        """The compiled train step; on a kernel compile failure, "pallas" stops and "auto"
+        moves to the XLA attention path (compile_train_step's doc)."""
         try:
             return self._compile_train_step()
         except Exception as e:  # noqa: BLE001 - Mosaic's, libtpu's and XLA's errors are not public

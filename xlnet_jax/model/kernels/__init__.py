@@ -7,4 +7,6 @@ dropout.py   attention dropout as a pure function of (word, query, key) (both ba
 matmul.py    the tile products in float32 (both backends)
 backends.py  which backend runs, from the chip the step is traced for
 mesh.py      the kernel per shard of the active mesh, and the chip traced for
+cost.py      what a kernel call costs, for XLA's cost analysis (both backends)
+agreement.py how closely the kernel must agree with the XLA path (gpu_check, kernel_check)
 """

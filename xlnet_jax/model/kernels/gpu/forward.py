@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from xlnet_jax.model.kernels import cost as kernel_cost
 from xlnet_jax.model.kernels import masks
 from xlnet_jax.model.kernels.gpu import tiles as tt
 
@@ -102,16 +103,9 @@ def compiler_params(launch: tt.Launch) -> pltriton.CompilerParams:
 
 
 def cost(x: Inputs, matmuls: int, outputs: tuple[jax.ShapeDtypeStruct, ...]) -> pl.CostEstimate:
-    """Flops of `matmuls` [Qp, Kp, H] products per (row, head), one exp per score, and the
-    bytes of every input and output."""
-    batch, heads, rows, width = x.qw.shape
-    scores = batch * heads * rows * x.k.shape[2]
-    arrays = (*x.as_tuple(), *outputs)
-    return pl.CostEstimate(
-        flops=2 * matmuls * scores * width,
-        transcendentals=scores,
-        bytes_accessed=sum(a.size * jnp.dtype(a.dtype).itemsize for a in arrays),
-    )
+    """`matmuls` [Qp, Kp, H] products per (row, head) over x's operands and `outputs`."""
+    keys = x.k.shape[2]
+    return kernel_cost.estimate(x.qw, matmuls * keys, keys, (*x.as_tuple(), *outputs))
 
 
 def forward(spec: tt.GpuSpec, x: Inputs, *, interpret: bool):

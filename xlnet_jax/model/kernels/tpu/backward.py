@@ -113,6 +113,9 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, 
     else:
         out_shape.append(out((rows, keys)))
         out_specs.append(_key_major(forward.positional_spec(spec, pos_src)))  # the bias tile
+    operands = (
+        qw, seg, row, k, v, key, pos_src, *forward.optional_inputs(spec, qr, words), do, lse, delta
+    )  # fmt: skip
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=(batch, heads, keys // b, rows // b),
@@ -122,6 +125,7 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, 
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary", "arbitrary")
         ),
+        cost_estimate=forward.cost(spec, qw, k, pos_src, (*operands, *out_shape), False),
         interpret=interpret,
         name="xlnet_relative_attention_bwd",
-    )(qw, seg, row, k, v, key, pos_src, *forward.optional_inputs(spec, qr, words), do, lse, delta)
+    )(*operands)

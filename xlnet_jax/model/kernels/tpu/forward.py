@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from xlnet_jax.model.kernels import cost as kernel_cost
 from xlnet_jax.model.kernels import masks, matmul
 from xlnet_jax.model.kernels.tpu import tiles
 
@@ -111,6 +112,17 @@ def in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
     return specs + optional_inputs(spec, q_spec(b, width), words)
 
 
+def cost(spec: tiles.TileSpec, qw, k, pos_src, arrays: tuple, forward_pass: bool):
+    """XLA's estimate of a forward or backward call, counted as the XLA path counts the same
+    attention, so that MFU from XLA's figure compares across paths: per (row, head), q.k and
+    p.v over the keys, and the positional scores over the R relative encodings (content
+    stream; the query stream's bias is XLA's own op); the backward twice that (dq, dk, dv,
+    dP, and d(q + r_r), dk_r), not its recomputed scores nor the shifted windows' overlap."""
+    keys = k.shape[2]
+    products = 2 * keys + (pos_src.shape[2] if spec.windowed else 0)
+    return kernel_cost.estimate(qw, products if forward_pass else 2 * products, keys, arrays)
+
+
 def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *, interpret):
     """(out [B, N, Qp, H] in qw's dtype, lse float32 [B, N, Qp, 1]) of one stream.
 
@@ -119,15 +131,17 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
     batch, heads, rows, width = qw.shape
     b = spec.block
     grid = (batch, heads, rows // b, k.shape[2] // b)
+    out_shape = [
+        jax.ShapeDtypeStruct(qw.shape, qw.dtype),
+        jax.ShapeDtypeStruct((batch, heads, rows, 1), jnp.float32),
+    ]
+    operands = (qw, seg, row, k, v, key, pos_src, *optional_inputs(spec, qr, words))
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=grid,
         in_specs=in_specs(spec, qw, pos_src),
         out_specs=[q_spec(b, width), q_spec(b, 1)],
-        out_shape=[
-            jax.ShapeDtypeStruct(qw.shape, qw.dtype),
-            jax.ShapeDtypeStruct((batch, heads, rows, 1), jnp.float32),
-        ],
+        out_shape=out_shape,
         scratch_shapes=[
             pltpu.VMEM((b, 1), jnp.float32),
             pltpu.VMEM((b, 1), jnp.float32),
@@ -136,6 +150,7 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
         ),
+        cost_estimate=cost(spec, qw, k, pos_src, (*operands, *out_shape), forward_pass=True),
         interpret=interpret,
         name="xlnet_relative_attention_fwd",
-    )(qw, seg, row, k, v, key, pos_src, *optional_inputs(spec, qr, words))
+    )(*operands)
