@@ -174,7 +174,7 @@ def child_main(args: argparse.Namespace) -> None:
     import jax
     from accelerator_throughput import matmul_peak_tflops
 
-    from xlnet_jax.model import flops
+    from xlnet_jax.hardware import chips
 
     device = jax.local_devices()[0]
     cpu = device.platform == "cpu"
@@ -184,7 +184,7 @@ def child_main(args: argparse.Namespace) -> None:
         device=device.device_kind,
         platform=device.platform,
         jax=jax.__version__,
-        datasheet_tflops=flops.known_peak_tflops(device.device_kind),
+        datasheet_tflops=chips.datasheet_peak_tflops(device.device_kind),
         matmul_tflops=matmul_peak_tflops(args.peak_n, "float32" if cpu else "bfloat16"),
         checks=check(args, SMOKE_CHECKS if cpu else CHECKS),
     )
