@@ -13,7 +13,8 @@ from configs.tiny import get_config as tiny_config
 from tests.helpers import small_config
 from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.errors import ConfigError, MissingDependencyError
+from xlnet_jax.errors import ConfigError, MissingDependencyError, UsageError
+from xlnet_jax.hardware import chips
 from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.xlnet import uses_kernel
 from xlnet_jax.training import compile as aot
@@ -181,3 +182,23 @@ def test_without_libtpu_the_error_names_the_tpu_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "libtpu", None)  # what find_spec sees when it is absent
     with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[tpu\]'"):
         targets.tpu_target("v6e-128")  # a slice no other test describes (cached)
+
+
+def test_an_unknown_gpu_is_one_line_listing_the_known_cards():
+    with pytest.raises(ConfigError) as failure:
+        targets.gpu_target("h100")
+    message = str(failure.value)
+    assert "\n" not in message and "'h100'" in message
+    assert all(name in message for name in chips.GPUS)
+
+
+def test_without_the_cuda_plugin_compile_gpu_names_the_gpu_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax_plugins.xla_cuda12", None)  # as find_spec sees it absent
+    with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[gpu\]'"):
+        targets.gpu_target("h100-80gb")
+
+
+def test_compile_takes_one_target():
+    for both in ({"topology": "v4-8", "gpu": "h100-80gb"}, {"topology": None, "gpu": None}):
+        with pytest.raises(UsageError, match="one of --topology"):
+            fit.compile_for(tiny_config(), **both)
