@@ -7,7 +7,7 @@ import pytest
 from tests import test_data_common
 from tests.train_config import get_config as train_config
 from xlnet_jax.errors import ConfigError
-from xlnet_jax.hardware import chips, slices
+from xlnet_jax.hardware import chips, gpus, slices
 from xlnet_jax.launch import names
 from xlnet_jax.training import targets, train
 from xlnet_jax.training.metrics import read_metrics
@@ -138,3 +138,24 @@ def test_a_run_on_a_v5e_reports_mfu_against_the_v5e_peak(monkeypatch, tmp_path, 
     assert len(records) == 2
     for record in records:
         assert record["mfu"] == pytest.approx(record["tflops_per_device"] / 197.0, rel=1e-6)
+
+
+def test_cards_below_sm80_take_the_xla_path_and_the_report_says_so(monkeypatch):
+    """V100 is sm_70 and Triton needs sm_80 (the devices are not needed to decide it)."""
+    monkeypatch.setattr(gpus, "gpu_devices", lambda card, count: ("device",) * count)
+    v100, h100 = targets.gpu_target("v100"), targets.gpu_target("h100-80gb:8")
+    assert v100.xla_attention_only and not h100.xla_attention_only
+    assert v100.notes == [
+        "  NVIDIA V100 16GB is sm_70; the Triton kernel needs sm_80: attention_impl=auto "
+        "takes the XLA path here"
+    ]
+    assert len(h100.devices) == 8 and "8 x h100-80gb" in h100.description
+
+
+def test_each_card_target_spec_carries_its_table_facts():
+    for card in chips.GPUS.values():
+        text = gpus.target_config(card)
+        major, minor = card.gpu.compute_capability
+        assert f"device_memory_size: {card.memory_bytes}" in text
+        assert f"major: {major} minor: {minor}" in text
+        assert f'device_description_str: "{card.gpu.description}"' in text
