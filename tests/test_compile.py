@@ -132,23 +132,29 @@ def test_cli_names_a_bad_topology_in_one_line_listing_both_forms():
     assert "--topology" in done.stderr and "v4-64" in done.stderr and "v4:2x4x4" in done.stderr
 
 
-def test_a_cloud_type_compiles_as_its_topology_and_the_report_names_both():
+@pytest.fixture(scope="module")
+def cloud_named():
+    """tiny compiled for a slice named by its Cloud type, v5litepod-4 (= v5e:2x2)."""
+    return aot.compile_train_step(tiny_config(), "v5litepod-4")
+
+
+def test_a_cloud_type_is_its_topology_and_the_report_names_both(cloud_named):
     """v5litepod-4 is v5e:2x2: the same devices, memory and peak, and both names in the
     report's first line, with its host and chips per host."""
-    config = tiny_config()
-    cloud, _ = aot.compile_train_step(config, "v5litepod-4")
-    topology, _ = aot.compile_train_step(config, "v5e:2x2")
-    assert cloud.num_devices == topology.num_devices == 4
-    assert (cloud.peak_bytes, cloud.hbm_bytes) == (topology.peak_bytes, topology.hbm_bytes)
-    assert cloud.step_time_at_peak == topology.step_time_at_peak
-    first = aot.format_report(cloud).splitlines()[0]
+    report, compiled = cloud_named
+    topology = targets.tpu_target("v5e:2x2")
+    assert compiled is not None and report.target.devices == topology.devices
+    assert (report.hbm_bytes, report.target.peak_flops) == (
+        topology.memory_bytes,
+        topology.peak_flops,
+    )
+    first = aot.format_report(report).splitlines()[0]
     assert "v5litepod-4 (libtpu topology v5e:2x2): 4 chips, 1 host x 4 chips" in first
     assert "197 TFLOP/s" in first and "16.0 GiB" in first
 
 
-def test_the_report_has_one_verdict_and_labels_the_other_figures():
-    report, _ = aot.compile_train_step(tiny_config(), "v4:2x2x1")
-    lines = aot.format_report(report).splitlines()
+def test_the_report_has_one_verdict_and_labels_the_other_figures(cloud_named):
+    lines = aot.format_report(cloud_named[0]).splitlines()
     verdicts = [line for line in lines if line.startswith(("fits", "does not fit"))]
     assert verdicts == [lines[-1]] and "peak" in lines[-1] and "%" in lines[-1]
     assert any("do not add up" in line for line in lines)
