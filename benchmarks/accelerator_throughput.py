@@ -10,7 +10,8 @@ Each framework runs in its own subprocess, one after the other (back to back, no
 alternating): each then has the whole device, its peak memory is its own, and neither can
 push the other out of memory. Alternating steps would need both resident at once. MFU is
 the analytic model FLOP rate (xlnet_jax/model/flops.py) against the device's datasheet dense bf16
-peak (`flops.known_peak_tflops`) and, beside it, against a matmul measured in the same run.
+peak (xlnet_jax/hardware/chips.py) and, beside it, against a matmul measured in the same
+run.
 
   python benchmarks/accelerator_throughput.py                       # base,large; batch 16; bf16
   python benchmarks/accelerator_throughput.py --search              # and the largest batch
@@ -301,10 +302,10 @@ def main() -> None:
     sys.path.insert(0, HERE)
     import jax
 
-    from xlnet_jax.model import flops
+    from xlnet_jax.hardware import chips
 
     device = jax.local_devices()[0]
-    peak = flops.known_peak_tflops(device.device_kind)
+    peak = chips.datasheet_peak_tflops(device.device_kind)
     measured = matmul_peak_tflops(args.peak_n, args.dtype)
     versions = f"jax {jax.__version__}"
     hf_modes = [] if args.hf == "none" else args.hf.split(",")

@@ -10,6 +10,11 @@ With only the preinstalled jax (0.10.2-0.12) and the package's pure-Python depen
    and HF `XLNetLMHeadModel` eager and under torch.compile where torch is installed.
 3. **Sweep** a few tile settings of the kernel at the first shape.
 
+Before them, on a card of the chip table that `xlnet-jax compile --gpu` describes, the same
+steps of ours (XLA path and kernel) are compiled for that card from the CPU, as `compile
+--gpu` does (a child with JAX_PLATFORMS=cpu): the table puts XLA's predicted peak beside the
+measured one.
+
 Every measurement runs in its own process (`accelerator_throughput.py`'s children, the same
 train step, weights and masks on both frameworks), one after the other, so each has the
 whole card and its own peak memory; JAX children take at most XLA_PYTHON_CLIENT_MEM_FRACTION
@@ -73,7 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--check_batch", type=int, default=4, help="batch of the check")
     parser.add_argument("--peak_n", type=int, default=8192, help="size of the measured matmul")
     parser.add_argument("--json", default="gpu_check.json", help="where the results go")
-    parser.add_argument("--child", choices=["check"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["check", "predict"], help=argparse.SUPPRESS)
+    parser.add_argument("--card", help=argparse.SUPPRESS)  # the predict child's --gpu name
     return parser.parse_args(argv)
 
 
@@ -174,7 +180,7 @@ def child_main(args: argparse.Namespace) -> None:
     import jax
     from accelerator_throughput import matmul_peak_tflops
 
-    from xlnet_jax.model import flops
+    from xlnet_jax.hardware import chips
 
     device = jax.local_devices()[0]
     cpu = device.platform == "cpu"
@@ -184,11 +190,50 @@ def child_main(args: argparse.Namespace) -> None:
         device=device.device_kind,
         platform=device.platform,
         jax=jax.__version__,
-        datasheet_tflops=flops.known_peak_tflops(device.device_kind),
+        datasheet_tflops=chips.datasheet_peak_tflops(device.device_kind),
         matmul_tflops=matmul_peak_tflops(args.peak_n, "float32" if cpu else "bfloat16"),
         checks=check(args, SMOKE_CHECKS if cpu else CHECKS),
     )
     print(RESULT + json.dumps(result), flush=True)
+
+
+# ------------------------------------------------------------------------ the prediction
+
+
+def predict_main(args: argparse.Namespace) -> None:
+    """The deviceless compile of each timed step of ours for `args.card`: XLA's peak bytes,
+    keyed shape/framework; one RESULT line."""
+    sys.path.insert(0, HERE)
+    from accelerator_throughput import shape_config
+
+    from xlnet_jax.training import compile as aot
+    from xlnet_jax.training import targets
+
+    peaks = {}
+    for shape in args.shapes.split(","):
+        for framework, impl in (("ours", "xla"), ("kernel", "pallas")):
+            config = shape_config(args, shape, args.batch)
+            config.attention_impl = impl
+            report, _ = aot.compile_train_step(config, targets.gpu_target(args.card))
+            peaks[f"{shape}/{framework}"] = report.peak_bytes
+    print(RESULT + json.dumps(peaks), flush=True)
+
+
+def predicted_peaks(device_kind: str) -> tuple[dict, str]:
+    """(predicted peak bytes per shape/framework, what was predicted for) from a CPU child;
+    empty where the card is not one `compile --gpu` describes or the compile fails."""
+    from xlnet_jax.hardware import chips
+
+    card = chips.chip_for(device_kind)
+    if card is None or card.gpu is None:
+        return {}, f"no prediction: {device_kind} is not a card `compile --gpu` describes"
+    command = [sys.executable, __file__, "--child", "predict", "--card", card.gpu_name,
+               *sys.argv[1:]]  # fmt: skip
+    peaks, error = run(command, dict(os.environ, JAX_PLATFORMS="cpu"))
+    if peaks is None:
+        last = error.strip().splitlines()[-1] if error.strip() else "no result"
+        return {}, f"no prediction: the CPU compile for {card.gpu_name} failed ({last})"
+    return peaks, f"predicted on the CPU for --gpu {card.gpu_name}"
 
 
 # ------------------------------------------------------------------------- the parent
@@ -259,23 +304,28 @@ def print_report(args, header: dict, rows: list[dict]) -> None:
     print("\n(largest difference of the kernel from the XLA path over the XLA value's largest "
           f"entry; {args.check_shape} widths, 2 layers, batch {args.check_batch})\n")  # fmt: skip
     print("| shape | batch | framework | tiles | step ms | tokens/s | MFU (datasheet) "
-          "| MFU (matmul) | peak memory GiB |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| MFU (matmul) | peak memory GiB | predicted peak GiB |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         label = f"| {r['shape']} | {r['batch']} | {FRAMEWORKS[r['framework']]} | "
         label += f"{r['tiles'] or ('per shape' if r['framework'] == 'kernel' else '')} | "
         if "error" in r:
-            print(label + f"{r['error'][:160]} |||||")
+            print(label + f"{r['error'][:160]} ||||||")
             continue
         ms = f"{1e3 * r['step_s']:.1f} ({1e3 * r['min_s']:.1f}-{1e3 * r['max_s']:.1f})"
         datasheet = f"{100 * r['mfu_datasheet']:.1f}%" if r["mfu_datasheet"] else "n/a"
         memory = f"{r['peak_bytes'] / 2**30:.2f}" if r["peak_bytes"] else "n/a"
+        predicted = r.get("predicted_peak_bytes")
+        predicted = f"{predicted / 2**30:.2f}" if predicted else "n/a"
         print(label + f"{ms} | {r['tokens_per_s']:,.0f} | {datasheet} | "
-              f"{100 * r['mfu_matmul']:.1f}% | {memory} |")  # fmt: skip
+              f"{100 * r['mfu_matmul']:.1f}% | {memory} | {predicted} |")  # fmt: skip
 
 
 def main() -> None:
     args = parse_args()
+    if args.child == "predict":
+        predict_main(args)
+        return
     if args.child:
         child_main(args)
         return
@@ -304,6 +354,7 @@ def main() -> None:
     print(f"device: {header['device']} ({header['platform']}); {versions}")
     print(f"datasheet dense bf16 peak: {f'{datasheet:g} TFLOP/s' if datasheet else 'not listed'}"
           f"; measured {args.peak_n}^3 matmul: {matmul:.2f} TFLOP/s\n")  # fmt: skip
+    predicted, predicted_for = ({}, "") if cpu else predicted_peaks(header["device"])
     rows = []
     for shape in args.shapes.split(","):
         for framework in ("ours", "kernel", *hf_modes):
@@ -312,6 +363,11 @@ def main() -> None:
     for tiles in filter(None, args.sweep.split(";")):
         rows.append(time_step(args, "kernel", first, tiles))
     rows = [add_rates(args, row, datasheet, matmul) for row in rows]
+    for row in rows:
+        if not row["tiles"]:
+            row["predicted_peak_bytes"] = predicted.get(f"{row['shape']}/{row['framework']}")
+    if predicted_for:
+        print(f"peak memory: measured on the card; {predicted_for} (XLA's plan)\n")
     print_report(args, header, rows)
     with open(args.json, "w") as f:
         json.dump(dict(header, measured=not cpu, args=vars(args), rows=rows), f, indent=1)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 from xlnet_jax.training import compile as aot
-from xlnet_jax.training import fit
+from xlnet_jax.training import fit, targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,8 +70,8 @@ def run_compile(row: Row) -> dict:
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
     out = done.stdout
-    devices = re.search(r"(\d+) devices, ([\d.]+) GiB HBM", out)
-    peak = re.search(r"(?:fits|does not fit): ([\d.]+) GiB", out)
+    devices = re.search(r"(\d+) devices \([^)]*\), ([\d.]+) GiB HBM", out)
+    peak = re.search(r"(?:fits|does not fit): peak ([\d.]+) GiB", out)
     temp = re.search(r"temp +([\d.]+) GiB", out)
     step = re.search(r"100% / 50% MFU: ([\d.]+) (µs|ms|s) /", out)
     if not (devices and peak and step):
@@ -123,7 +123,8 @@ def main() -> None:
     for remat in (True, False):
         with aot.libtpu_log_held():
             best, _ = fit.largest_fitting_batch(
-                config, topology, remat=remat, limit_rows=4 if args.quick else 64,
+                config, targets.tpu_target(topology), remat=remat,
+                limit_rows=4 if args.quick else 64,
                 on_try=lambda t: print(t.describe(), flush=True),
             )  # fmt: skip
         print(f"  remat={remat}: {best.rows if best else 0} rows per device", flush=True)

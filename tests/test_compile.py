@@ -1,5 +1,6 @@
 """AOT compile for real TPU topologies from this CPU (libtpu describes them; no TPU needed)."""
 
+import dataclasses
 import math
 import re
 import subprocess
@@ -12,11 +13,12 @@ from configs.tiny import get_config as tiny_config
 from tests.helpers import small_config
 from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.errors import ConfigError, MissingDependencyError
+from xlnet_jax.errors import ConfigError, MissingDependencyError, UsageError
+from xlnet_jax.hardware import chips
 from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.xlnet import uses_kernel
 from xlnet_jax.training import compile as aot
-from xlnet_jax.training import fit, sharding
+from xlnet_jax.training import fit, sharding, targets
 from xlnet_jax.training.program import build_program
 
 
@@ -57,7 +59,8 @@ def test_auto_takes_the_kernel_where_mosaic_compiles_it(topology, dtype, kernel)
     XLA path for a bfloat16 step traced for v3; float32 and later chips get the kernel."""
     config = tiny_config()
     config.dtype = dtype
-    program = build_program(config, sharding.make_mesh(config, aot.topology_devices(topology)))
+    devices = list(targets.tpu_target(topology).devices)
+    program = build_program(config, sharding.make_mesh(config, devices))
     with program.activate():
         assert uses_kernel(ModelConfig.from_config(config)) == kernel
 
@@ -97,8 +100,9 @@ def test_a_step_that_does_not_fit_is_followed_by_the_largest_batch_that_does(mon
     config.update(batch_size=64, remat=True)
     full, _ = aot.compile_train_step(config, "v5e:2x2")
     assert full.fits and full.rows == 16
-    monkeypatch.setitem(aot.CHIPS, "TPU v5 lite", aot.Chip(full.peak_bytes // 3, 197.0))
-    assert fit.compile_for_topology(config, "v5e:2x2") == 3
+    small = dataclasses.replace(targets.tpu_target("v5e:2x2"), memory_bytes=full.peak_bytes // 3)
+    monkeypatch.setattr(targets, "tpu_target", lambda name, num_slices: small)
+    assert fit.compile_for(config, topology="v5e:2x2", gpu=None) == 3
     out = capsys.readouterr().out
     assert "batch per device 16 rows x 64 = 1,024 tokens" in out
     tries = {
@@ -117,15 +121,45 @@ def test_a_step_that_does_not_fit_is_followed_by_the_largest_batch_that_does(mon
     assert "remat=True, already on" in out and "--config.remat" not in out
 
 
-def test_cli_names_a_bad_topology_in_one_line():
+def test_cli_names_a_bad_topology_in_one_line_listing_both_forms():
     done = subprocess.run(
         [sys.executable, "-m", "xlnet_jax.cli", "compile", "--config", "configs/tiny.py",
-         "--topology", "v3-32"],
+         "--topology", "v3-33"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 1
-    assert "--topology" in done.stderr and "v3:16x16" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--topology" in done.stderr and "v4-64" in done.stderr and "v4:2x4x4" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def cloud_named():
+    """tiny compiled for a slice named by its Cloud type, v5litepod-4 (= v5e:2x2)."""
+    return aot.compile_train_step(tiny_config(), "v5litepod-4")
+
+
+def test_a_cloud_type_is_its_topology_and_the_report_names_both(cloud_named):
+    """v5litepod-4 is v5e:2x2: the same devices, memory and peak, and both names in the
+    report's first line, with its host and chips per host."""
+    report, compiled = cloud_named
+    topology = targets.tpu_target("v5e:2x2")
+    assert compiled is not None and report.target.devices == topology.devices
+    assert (report.hbm_bytes, report.target.peak_flops) == (
+        topology.memory_bytes,
+        topology.peak_flops,
+    )
+    first = aot.format_report(report).splitlines()[0]
+    assert "v5litepod-4 (libtpu topology v5e:2x2): 4 chips, 1 host x 4 chips" in first
+    assert "197 TFLOP/s" in first and "16.0 GiB" in first
+
+
+def test_the_report_has_one_verdict_and_labels_the_other_figures(cloud_named):
+    lines = aot.format_report(cloud_named[0]).splitlines()
+    verdicts = [line for line in lines if line.startswith(("fits", "does not fit"))]
+    assert verdicts == [lines[-1]] and "peak" in lines[-1] and "%" in lines[-1]
+    assert any("do not add up" in line for line in lines)
+    for part in ("arguments", "outputs", "temp"):
+        assert any(line.strip().startswith(part) and "GiB  " in line for line in lines)
 
 
 def test_durations_keep_three_digits_at_any_scale():
@@ -153,4 +187,24 @@ def test_cli_on_success_prints_the_batch_per_device_and_nothing_on_stderr():
 def test_without_libtpu_the_error_names_the_tpu_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "libtpu", None)  # what find_spec sees when it is absent
     with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[tpu\]'"):
-        aot.topology_devices("v5e:2x2")
+        targets.tpu_target("v6e-128")  # a slice no other test describes (cached)
+
+
+def test_an_unknown_gpu_is_one_line_listing_the_known_cards():
+    with pytest.raises(ConfigError) as failure:
+        targets.gpu_target("h100")
+    message = str(failure.value)
+    assert "\n" not in message and "'h100'" in message
+    assert all(name in message for name in chips.GPUS)
+
+
+def test_without_the_cuda_plugin_compile_gpu_names_the_gpu_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax_plugins.xla_cuda12", None)  # as find_spec sees it absent
+    with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[gpu\]'"):
+        targets.gpu_target("h100-80gb")
+
+
+def test_compile_takes_one_target():
+    for both in ({"topology": "v4-8", "gpu": "h100-80gb"}, {"topology": None, "gpu": None}):
+        with pytest.raises(UsageError, match="one of --topology"):
+            fit.compile_for(tiny_config(), **both)

@@ -116,7 +116,9 @@ FIELDS = {
     "eval_steps": Entry(),
     "checkpoint_every": Entry(),
     "keep_checkpoints": Entry(),
-    "peak_tflops_per_device": Entry(valid=((1e30, "only the MFU denominator"),)),
+    "peak_tflops_per_device": Entry(
+        valid=((1e30, "only the MFU denominator"), (0.0, "the device's datasheet peak"))
+    ),
     "mesh_data": Entry(valid=((-1, "fills the remaining devices (the default)"),), invalid=(3,)),
     "mesh_fsdp": Entry(invalid=(3,)),  # -1 is refused too: mesh_data is already -1
     "mesh_tensor": Entry(invalid=(3, 8)),  # 8 does not divide n_head=4

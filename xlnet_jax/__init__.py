@@ -13,6 +13,6 @@ LAYERS = (
     ("checkpoint",),  # train state on storage: orbax steps, meta, checksums, HF weights
     ("objective",),  # the permutation-LM objective: orders, spans, targets, masks
     ("model", "data"),  # the network and its kernels; text to tokens to batch streams
-    ("config", "paths"),  # the one config object and mesh facts; local and gs:// paths
+    ("config", "paths", "hardware"),  # the config and mesh facts; paths; the chip table
     ("errors",),  # the one error family
 )

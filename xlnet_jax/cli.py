@@ -414,7 +414,13 @@ def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
 def _define_compile(fv: flags.FlagValues) -> None:
     _define_config(fv)
     flags.DEFINE_string(
-        "topology", None, 'TPU topology as libtpu names it, e.g. "v3:16x16".', flag_values=fv
+        "topology",
+        None,
+        'TPU slice: a Cloud accelerator type ("v4-64") or a libtpu topology ("v4:2x4x4").',
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "gpu", None, 'NVIDIA cards on one host, NAME[:COUNT], e.g. "h100-80gb:8".', flag_values=fv
     )
     flags.DEFINE_string("save", None, "Write the serialized executable here.", flag_values=fv)
 
@@ -423,7 +429,7 @@ def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
     from xlnet_jax.training import fit
 
-    return fit.compile_for_topology(_config(fv), _require(fv, "topology"), save=fv.save)
+    return fit.compile_for(_config(fv), topology=fv.topology, gpu=fv.gpu, save=fv.save)
 
 
 COMMANDS = {
@@ -440,7 +446,7 @@ COMMANDS = {
         _eval_main,
     ),
     "compile": Command(
-        "AOT-compile the train step for a TPU topology and report memory.",
+        "AOT-compile the train step for a TPU slice or NVIDIA cards and report memory.",
         _define_compile,
         _compile_main,
     ),

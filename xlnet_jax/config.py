@@ -126,7 +126,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.eval_steps = 4  # Validation batches per evaluation.
     c.checkpoint_every = 100  # Steps between checkpoints.
     c.keep_checkpoints = 3  # Newest complete checkpoints kept (+1 until the next save).
-    c.peak_tflops_per_device = 0.29  # Peak dense TFLOP/s of one device, for MFU.
+    # MFU's denominator, dense TFLOP/s of one device; 0 takes the device's datasheet peak
+    # from xlnet_jax/hardware/chips.py (a set value overrides it).
+    c.peak_tflops_per_device = 0.0
 
     # --- Device mesh and sharding ---
     c.mesh_data = -1  # Data-parallel axis; -1 fills the remaining devices.
@@ -187,7 +189,6 @@ def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
     c.log_every = 100
     c.eval_every = 10_000
     c.checkpoint_every = 2_000
-    c.peak_tflops_per_device = 61.5  # one TPU v3 core (a chip has two), bf16
     return c
 
 

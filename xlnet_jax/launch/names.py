@@ -9,6 +9,9 @@ injection.
 import argparse
 import re
 
+from xlnet_jax.errors import ConfigError
+from xlnet_jax.hardware import slices
+
 _TPU_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 _ACCELERATOR = re.compile(r"v[0-9]+[a-z]*-[0-9]+")
@@ -45,8 +48,17 @@ def zone(value: str) -> str:
 
 
 def accelerator_type(value: str) -> str:
-    """A TPU accelerator type such as v3-32, v4-8, v5litepod-16 or v6e-8."""
-    return _matching(_ACCELERATOR, "accelerator type (like v3-32 or v5litepod-16)", value)
+    """A TPU slice as `compile --topology` takes it, a Cloud accelerator type (v4-64,
+    v5litepod-16) or a libtpu topology (v4:2x4x4); gcloud gets the Cloud type. A Cloud-shaped
+    name of a generation the table does not know yet passes to gcloud as it is (with
+    --runtime-version)."""
+    try:
+        tpu = slices.parse_slice(value)
+    except ConfigError as e:
+        if _ACCELERATOR.fullmatch(value) and not slices.known_generation(value):
+            return value
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value if _ACCELERATOR.fullmatch(value) else tpu.accelerator_type
 
 
 def runtime_version(value: str) -> str:

@@ -3,7 +3,7 @@
   xlnet.py      XLNetLM, the Flax module (embeddings, layers with memory, LM head)
   attention.py  two-stream relative attention (XLA path or the fused kernel)
   position.py   relative positional encodings and each row's window of scores
-  flops.py      the model's FLOPs per step and chips' peak rates (for MFU)
+  flops.py      the model's FLOPs per step (MFU's numerator)
   kernels/      the fused Pallas attention kernel and its masks
 Imports config and errors only.
 """

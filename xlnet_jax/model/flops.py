@@ -36,29 +36,3 @@ def forward_flops_per_row(c: ml_collections.ConfigDict) -> float:
 def train_flops_per_step(c: ml_collections.ConfigDict) -> float:
     """Model FLOPs of one optimiser step over the global batch (3x forward)."""
     return 3.0 * forward_flops_per_row(c) * c.batch_size
-
-
-# Dense bfloat16 peak TFLOP/s of one JAX device, from the vendors' datasheets, matched in
-# order against jax.Device.device_kind (more specific names first). A TPU v2/v3 JAX device is
-# one core (half a chip); v4 and later expose one device per chip.
-_PEAK_TFLOPS_BY_KIND = (
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H100", 989.4),
-    ("H200", 989.4),
-    ("B200", 2250.0),
-    ("A100", 312.0),
-    ("L40S", 362.0),
-    ("L4", 121.0),
-    ("TPU v6 lite", 918.0),
-    ("TPU v5 lite", 197.0),
-    ("TPU v5", 459.0),
-    ("TPU v4", 275.0),
-    ("TPU v3", 61.5),
-    ("TPU v2", 22.5),
-)
-
-
-def known_peak_tflops(device_kind: str) -> float | None:
-    """The datasheet dense bf16 peak of one device of this kind, or None if not listed."""
-    return next((peak for name, peak in _PEAK_TFLOPS_BY_KIND if name in device_kind), None)

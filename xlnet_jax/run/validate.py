@@ -113,9 +113,9 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
         _check(c[field] >= 1, field, "must be >= 1", c[field])
     _check(c.eval_every >= 0, "eval_every", "must be >= 0 (0 disables eval)", c.eval_every)
     _check(
-        c.peak_tflops_per_device > 0,
+        c.peak_tflops_per_device >= 0,
         "peak_tflops_per_device",
-        "must be > 0",
+        "must be >= 0 (0 takes the device's datasheet peak)",
         c.peak_tflops_per_device,
     )
     _check(c.num_slices >= 1, "num_slices", "must be >= 1", c.num_slices)

@@ -1,16 +1,14 @@
-"""`xlnet-jax compile`: AOT-compile the real train step for a TPU topology, from a CPU.
+"""`xlnet-jax compile`: AOT-compile the real train step for a TPU slice or NVIDIA cards, from
+a CPU.
 
-libtpu describes the topology (`jax.experimental.topologies`), the train step is lowered
-with the config's mesh and shardings over those devices, and XLA's per-device memory and
-FLOP analyses are set against the chip's HBM and peak bf16 rate. Needs libtpu
-(`pip install -e '.[tpu]'`). A step that does not fit is followed by a search for the largest
-batch_size that does (fit.py).
+targets.py describes the devices (libtpu for TPU slices, jax's CUDA plugin for cards), the
+train step is lowered with the config's mesh and shardings over them, and XLA's per-device
+memory and FLOP analyses are set against the device's memory and peak bf16 rate. A step that
+does not fit is followed by a search for the largest batch_size that does (fit.py).
 """
 
 import contextlib
 import dataclasses
-import importlib.util
-import math
 import os
 import re
 import sys
@@ -19,46 +17,26 @@ import tempfile
 import ml_collections
 
 from xlnet_jax.config import mesh_shape
-from xlnet_jax.errors import MissingDependencyError, XLNetJaxError
+from xlnet_jax.errors import XLNetJaxError
+from xlnet_jax.hardware.chips import GIB
 from xlnet_jax.model import flops
-from xlnet_jax.run.validate import ConfigError, validate_config
+from xlnet_jax.run.validate import validate_config
 from xlnet_jax.training import sharding
 from xlnet_jax.training.program import build_program
-
-GIB = 2**30
-
-
-@dataclasses.dataclass(frozen=True)
-class Chip:
-    """Per-chip HBM and dense bf16 peak, from the public TPU system-architecture pages."""
-
-    hbm_bytes: int
-    peak_tflops: float
-
-
-CHIPS = {
-    "TPU v2": Chip(16 * GIB, 45.0),
-    "TPU v3": Chip(32 * GIB, 123.0),
-    "TPU v4": Chip(32 * GIB, 275.0),
-    "TPU v5 lite": Chip(16 * GIB, 197.0),
-    "TPU v5": Chip(95 * GIB, 459.0),
-    "TPU v6 lite": Chip(32 * GIB, 918.0),
-}
+from xlnet_jax.training.targets import Target, tpu_target
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CompileReport:
-    """What one AOT compile tells about a config on a topology (per device unless named)."""
+    """What one AOT compile tells about a config on a target (per device unless named)."""
 
-    topology: str
-    num_devices: int
+    target: Target
     rows: int  # rows of one micro-batch per data shard (batch_size / grad_accum / shards)
     seq_len: int
     argument_bytes: int
     output_bytes: int
     temp_bytes: int
     peak_bytes: int
-    hbm_bytes: int
     xla_flops: float
     model_flops: float
     step_time_at_peak: float
@@ -66,63 +44,37 @@ class CompileReport:
     error: str = ""
 
     @property
+    def num_devices(self) -> int:
+        return len(self.target.devices)
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.target.memory_bytes
+
+    @property
     def tokens(self) -> int:
         """Tokens of one micro-batch per device."""
         return self.rows * self.seq_len
 
 
-def _chips_in(topology: str, num_slices: int) -> int:
-    dims = re.fullmatch(r"[a-z0-9]+:(\d+(?:x\d+)*)", topology)
-    if not dims:
-        raise ConfigError(
-            f'--topology: expected a libtpu name such as "v3:16x16" or "v4:4x4x4" '
-            f"(got {topology!r})."
-        )
-    return math.prod(int(d) for d in dims.group(1).split("x")) * num_slices
-
-
-def topology_devices(topology: str, num_slices: int = 1):
-    """The TPU devices libtpu describes for `topology`, with no TPU attached."""
-    if importlib.util.find_spec("libtpu") is None:
-        raise MissingDependencyError(
-            "compile needs libtpu, which is not installed: pip install -e '.[tpu]' "
-            "(or scripts/venv.sh tpu)."
-        )
-    from jax.experimental import topologies
-
-    # Compiling touches no TPU, so several compiles (tests, other users) may share libtpu.
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    try:
-        desc = topologies.get_topology_desc(
-            platform="tpu", topology_name=topology, num_slices=num_slices
-        )
-    except Exception as e:  # noqa: BLE001 - libtpu's error types are not public
-        raise ConfigError(f"--topology {topology!r}: libtpu cannot describe it ({e}).") from None
-    return desc.devices
-
-
-def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tuple:
-    """Lowers and compiles the train step for `topology`; returns (report, compiled or None)."""
-    chips = _chips_in(topology, config.num_slices)
-    devices = topology_devices(topology, config.num_slices)
-    validate_config(config, len(devices))
-    chip = CHIPS.get(devices[0].device_kind)
-    if chip is None:
-        raise ConfigError(f"--topology: unknown chip {devices[0].device_kind!r}.")
-    per_chip = len(devices) / chips
-    hbm = int(chip.hbm_bytes / per_chip)
-    peak = chip.peak_tflops / per_chip * 1e12
-
-    data, fsdp, _ = mesh_shape(config, len(devices))
+def compile_train_step(config: ml_collections.ConfigDict, target: Target | str) -> tuple:
+    """Lowers and compiles the train step for `target` (a TPU slice's name is looked up);
+    returns (report, compiled or None)."""
+    if isinstance(target, str):
+        target = tpu_target(target, config.num_slices)
+    validate_config(config, len(target.devices))
+    if target.xla_attention_only and config.attention_impl == "auto":
+        config = config.copy_and_resolve_references()
+        config.attention_impl = "xla"
+    data, fsdp, _ = mesh_shape(config, len(target.devices))
     shape = dict(
-        topology=topology,
-        num_devices=len(devices),
+        target=target,
         rows=config.batch_size // config.grad_accum_steps // (data * fsdp),
         seq_len=config.seq_len,
-        hbm_bytes=hbm,
     )
-    program = build_program(config, sharding.make_mesh(config, devices))
-    model_flops = flops.train_flops_per_step(config) / len(devices)
+    program = build_program(config, sharding.make_mesh(config, list(target.devices)))
+    model_flops = flops.train_flops_per_step(config) / len(target.devices)
+    step_time_at_peak = model_flops / target.peak_flops
     try:
         compiled = program.compile_train_step()
     except Exception as e:  # noqa: BLE001 - XLA reports out-of-memory as a runtime error
@@ -143,14 +95,14 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
             peak_bytes=int(used),
             xla_flops=0.0,
             model_flops=model_flops,
-            step_time_at_peak=model_flops / peak,
+            step_time_at_peak=step_time_at_peak,
             fits=False,
             error=str(e).splitlines()[0],
         )
         return report, None
     memory = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
+    cost = compiled.cost_analysis()  # None on the GPU route
+    cost = (cost[0] if isinstance(cost, list) else cost) or {}
     peak_bytes = getattr(memory, "peak_memory_in_bytes", 0) or (
         memory.argument_size_in_bytes
         + memory.output_size_in_bytes
@@ -165,8 +117,8 @@ def compile_train_step(config: ml_collections.ConfigDict, topology: str) -> tupl
         peak_bytes=int(peak_bytes),
         xla_flops=float(cost.get("flops", 0.0)),
         model_flops=model_flops,
-        step_time_at_peak=model_flops / peak,
-        fits=peak_bytes <= hbm,
+        step_time_at_peak=step_time_at_peak,
+        fits=peak_bytes <= target.memory_bytes,
     )
     return report, compiled
 
@@ -180,31 +132,40 @@ def format_duration(seconds: float) -> str:
 
 
 def format_report(r: CompileReport) -> str:
-    """The human-readable report; the last line says whether it fits."""
+    """The human-readable report. One verdict, on the last line: XLA's peak against the
+    device's memory. The other figures are labelled as the parts they are (docs/tpu-pods.md,
+    "Reading the compile report")."""
     lines = [
-        f"topology {r.topology}: {r.num_devices} devices, {r.hbm_bytes / GIB:.1f} GiB HBM each",
+        r.target.description,
         f"  batch per device {r.rows} rows x {r.seq_len} = {r.tokens:,} tokens (one micro-batch)",
+        *r.target.notes,
     ]
     if r.argument_bytes or r.temp_bytes:
         lines += [
-            f"  arguments {r.argument_bytes / GIB:8.2f} GiB per device",
-            f"  outputs   {r.output_bytes / GIB:8.2f} GiB per device",
-            f"  temp      {r.temp_bytes / GIB:8.2f} GiB per device",
-            f"  peak      {r.peak_bytes / GIB:8.2f} GiB per device",
-            f"  XLA FLOPs per step per device      {r.xla_flops:.3e} (scan body counted once)",
+            "  parts of the peak (each XLA's total; they overlap in time, so they do not add up):",
+            f"    arguments {r.argument_bytes / GIB:8.2f} GiB  params, optimizer state, batch",
+            f"    outputs   {r.output_bytes / GIB:8.2f} GiB  the new state, mostly written over "
+            "the arguments",
+            f"    temp      {r.temp_bytes / GIB:8.2f} GiB  every scratch buffer, including "
+            "ones never live together",
         ]
+    if r.xla_flops:
+        lines.append(
+            f"  XLA FLOPs per step per device      {r.xla_flops:.3e} (scan body counted once)"
+        )
     lines += [
         f"  model FLOPs per step per device    {r.model_flops:.3e} (analytic)",
         f"  roofline step time at 100% / 50% MFU: {format_duration(r.step_time_at_peak)} / "
-        f"{format_duration(2 * r.step_time_at_peak)}",
+        f"{format_duration(2 * r.step_time_at_peak)} (a lower bound, not a speed)",
     ]
-    hbm = f"{r.hbm_bytes / GIB:.1f} GiB per device"
-    if r.fits:
-        lines.append(f"fits: {r.peak_bytes / GIB:.2f} GiB <= {hbm}")
-    elif r.peak_bytes:
-        lines.append(f"does not fit: {r.peak_bytes / GIB:.2f} GiB > {hbm}")
+    memory = f"{r.hbm_bytes / GIB:.1f} GiB per device"
+    if r.peak_bytes:
+        share = f" ({r.peak_bytes / r.hbm_bytes:.0%})"
+        verdict = "fits" if r.fits else "does not fit"
+        relation = "<=" if r.fits else ">"
+        lines.append(f"{verdict}: peak {r.peak_bytes / GIB:.2f} GiB {relation} {memory}{share}")
     else:
-        lines.append(f"does not fit: XLA ran out of the {hbm} ({r.error})")
+        lines.append(f"does not fit: XLA ran out of the {memory} ({r.error})")
     return "\n".join(lines)
 
 

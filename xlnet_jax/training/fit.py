@@ -1,4 +1,4 @@
-"""What fits: the largest batch_size whose train step fits a topology's HBM, found by compiling.
+"""What fits: the largest batch_size whose train step fits a target's memory, found by compiling.
 
 `xlnet-jax compile` runs the search when the config's own step does not fit, and
 benchmarks/tpu_fit.py runs it for the README's table. Rows per device are powers of two
@@ -13,7 +13,10 @@ from collections.abc import Callable
 import ml_collections
 
 from xlnet_jax.config import mesh_shape
+from xlnet_jax.errors import UsageError
 from xlnet_jax.training import compile as aot
+from xlnet_jax.training import targets
+from xlnet_jax.training.targets import Target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +50,7 @@ def _floor_power_of_two(x: float) -> int:
 
 def largest_fitting_batch(
     config: ml_collections.ConfigDict,
-    topology: str,
+    target: Target,
     *,
     remat: bool,
     limit_rows: int,
@@ -62,14 +65,14 @@ def largest_fitting_batch(
     without, it starts from the fewest rows and doubles.
     """
     min_rows = 2 if config.bi_data else 1
-    num_devices = len(aot.topology_devices(topology, config.num_slices))
+    num_devices = len(target.devices)
     tries: dict[int, Try] = {}
 
     def fits(rows: int) -> bool:
         trial = config.copy_and_resolve_references()
         trial.remat = remat
         trial.batch_size = batch_size_for(config, num_devices, rows)
-        report, _ = aot.compile_train_step(trial, topology)
+        report, _ = aot.compile_train_step(trial, target)
         tries[rows] = Try(trial.batch_size, rows, remat, report.peak_bytes, report.fits)
         on_try(tries[rows])
         return report.fits
@@ -93,7 +96,7 @@ def what_fits(config: ml_collections.ConfigDict, report: aot.CompileReport) -> l
     """Searches after `report` did not fit; the lines that say which batch_size fits and what
     else would help (only switches that are not on already), with each try as it compiles."""
     print(
-        f"searching the largest batch_size that fits on {report.topology} (remat="
+        f"searching the largest batch_size that fits on {report.target.name} (remat="
         f"{config.remat}{', already on' if config.remat else ''}; one compile per try):",
         flush=True,
     )
@@ -101,12 +104,12 @@ def what_fits(config: ml_collections.ConfigDict, report: aot.CompileReport) -> l
     lines = []
     below = max(report.rows - 1, 1)
     best, _ = largest_fitting_batch(
-        config, report.topology, remat=config.remat, limit_rows=below, failed=report, on_try=show
+        config, report.target, remat=config.remat, limit_rows=below, failed=report, on_try=show
     )
     lines.append(_verdict(config, report, best))
     if not config.remat:  # the no-remat peak scales to a first guess that remat beats
         with_remat, _ = largest_fitting_batch(
-            config, report.topology, remat=True, limit_rows=report.rows, failed=report,
+            config, report.target, remat=True, limit_rows=report.rows, failed=report,
             on_try=show,
         )  # fmt: skip
         if with_remat is not None:
@@ -126,7 +129,7 @@ def what_fits(config: ml_collections.ConfigDict, report: aot.CompileReport) -> l
 def _verdict(config, report: aot.CompileReport, best: Try | None) -> str:
     if best is None:
         return (
-            f"no batch fits on {report.topology}: even the fewest rows per device need more "
+            f"no batch fits on {report.target.name}: even the fewest rows per device need more "
             f"than {report.hbm_bytes / aot.GIB:.1f} GiB"
         )
     tokens = best.rows * config.seq_len
@@ -145,12 +148,19 @@ def _verdict(config, report: aot.CompileReport, best: Try | None) -> str:
     return line
 
 
-def compile_for_topology(config: ml_collections.ConfigDict, topology: str, *, save=None) -> int:
-    """The CLI body: compile and print the report (and, when it does not fit, what does);
-    optionally serialize. libtpu's own log is held back unless the compile breaks.
+def compile_for(
+    config: ml_collections.ConfigDict, *, topology: str | None, gpu: str | None, save=None
+) -> int:
+    """The CLI body: compile for the TPU slice `topology` or the cards `gpu`, print the
+    report (and, when it does not fit, what does); optionally serialize. libtpu's and the
+    CUDA plugin's own logs are held back unless the compile breaks.
     Exit 0 iff the config's step fits, 3 if not."""
+    if (topology is None) == (gpu is None):
+        raise UsageError("compile: give one of --topology (a TPU slice) or --gpu (NVIDIA cards).")
     with aot.libtpu_log_held():
-        report, compiled = aot.compile_train_step(config, topology)
+        target = targets.tpu_target(topology, config.num_slices) if topology else None
+        target = target or targets.gpu_target(gpu)
+        report, compiled = aot.compile_train_step(config, target)
         print(aot.format_report(report), flush=True)
         if not report.fits:
             print("\n".join(what_fits(config, report)))

@@ -25,6 +25,7 @@ from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import NonFiniteError
+from xlnet_jax.hardware import chips
 from xlnet_jax.model import flops
 from xlnet_jax.run.fence import Fence
 from xlnet_jax.run.init_from import Source, place_params
@@ -344,6 +345,10 @@ def _train(
         cleanup.callback(writer.close)
         progress = ProgressLine(config.num_train_steps, enabled=primary)
         flops_per_step = flops.train_flops_per_step(config)
+        peak_tflops, peak_note = chips.mfu_peak(
+            config.peak_tflops_per_device, chips.local_device_kind()
+        )
+        progress.note(peak_note)
         tokens_per_step = config.batch_size * config.seq_len
         preemption = _Preemption()
         cleanup.callback(preemption.restore)
@@ -382,7 +387,7 @@ def _train(
                     "step_time": step_time,
                     "tflops_per_device": flops_per_step / step_time / jax.device_count() / 1e12,
                 }
-                throughput["mfu"] = throughput["tflops_per_device"] / config.peak_tflops_per_device
+                throughput["mfu"] = throughput["tflops_per_device"] / peak_tflops
                 for record in records:
                     scalars = {k: float(v) for k, v in record.items() if k != "step"}
                     writer.write(record["step"], {**scalars, **throughput})
