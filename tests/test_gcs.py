@@ -21,13 +21,14 @@ from xlnet_jax.run.init_from import check_source, load_source
 from xlnet_jax.run.lease import ObjectLease
 from xlnet_jax.training.metrics import read_metrics
 
-ROOT = f"gs://{gcs_emulator.BUCKET}"
+BUCKET = "xlnet-test-gcs"  # this module's own: nothing it reads was left by another
+ROOT = f"gs://{BUCKET}"
 
 
 @pytest.fixture(scope="module")
 def gcs():
     """The emulator's URL; this process's clients point at it while the module runs."""
-    with gcs_emulator.running() as url, gcs_emulator.pointed_at(url):
+    with gcs_emulator.running(BUCKET) as url, gcs_emulator.pointed_at(url):
         yield url
 
 

@@ -7,14 +7,15 @@ import os
 
 import pytest
 
-from tests import gcs_emulator, gcs_faults
+from tests import gcs_faults
 from tests.gcs_faults import Fault
 from xlnet_jax import paths
 from xlnet_jax.data import staging
 from xlnet_jax.data.manifest import MANIFEST_FILE, Manifest
 from xlnet_jax.errors import DataError
 
-ROOT = f"gs://{gcs_emulator.BUCKET}"
+BUCKET = "xlnet-test-staging"
+ROOT = f"gs://{BUCKET}"
 FILES = {"xlnet_corpus/1.0.0/train.array_record": os.urandom(3000), "spm.model": b"tokenizer"}
 
 
@@ -22,7 +23,9 @@ FILES = {"xlnet_corpus/1.0.0/train.array_record": os.urandom(3000), "spm.model":
 def proxy(tmp_path_factory):
     retry = "first_delay_s=0.05,max_delay_s=0.2,budget_s=30"
     cache = str(tmp_path_factory.mktemp("cache"))
-    with gcs_faults.faulty_storage(seed=17, retry=retry, **{paths.CACHE_ENV: cache}) as proxy:
+    with gcs_faults.faulty_storage(
+        seed=17, retry=retry, bucket=BUCKET, **{paths.CACHE_ENV: cache}
+    ) as proxy:
         yield proxy
 
 
