@@ -1,6 +1,6 @@
 """The pod workflow on gs:// through the fault proxy (tests/gcs_faults.py): prepare -> train
 -> SIGKILL -> resume -> eval -> export-hf with ~5% transient faults on every request class
-and a 20-second outage that starts inside a checkpoint save while training goes on. The
+and a 12-second outage that starts inside a checkpoint save while training goes on. The
 losses and the exported params equal the fault-free local run's bit for bit; the proxy's
 counters show the faults happened; no step is left half-written as complete. The verdict
 reads the emulator over its JSON API, not through this process's gcsfs filesystem."""
@@ -12,6 +12,7 @@ from tests import gcs_emulator, gcs_faults, train_config
 from tests import train_harness as harness
 from tests.gcs_faults import Fault
 from tests.test_gcs import _cli, _export_reference, _ok, _output, _train
+from xlnet_jax import paths
 from xlnet_jax.checkpoint import hf
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.training.metrics import read_metrics
@@ -26,6 +27,10 @@ TRANSIENT = (  # about 5% of the requests of every class
     Fault("status", status=503, after_upstream=True, probability=0.01, classes=("write",)),
 )
 SAVE_EVERY = "--config.checkpoint_every=3"
+OUTAGE_S = 12
+# The retry policy of every process: delays cut short, so a run resumes within about 2 s of
+# the storage's return, and attempts raised, so retries outlast the outage (at least 25 s).
+RETRY = "first_delay_s=0.25,max_delay_s=2,attempts=40"
 
 
 def _committed_steps(emulator: str) -> set[str]:
@@ -36,7 +41,8 @@ def _committed_steps(emulator: str) -> set[str]:
     }
 
 
-def test_the_pod_workflow_under_faults_equals_the_local_run(tmp_path):
+def test_the_pod_workflow_under_faults_equals_the_local_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.RETRY_ENV, RETRY)
     corpus, workdir, export = f"{ROOT}/corpus", f"{ROOT}/run", f"{ROOT}/hf"
     with gcs_faults.running(seed=2024, bucket=BUCKET) as proxy, gcs_emulator.pointed_at(proxy.url):
         for fault in TRANSIENT:
@@ -53,15 +59,15 @@ def test_the_pod_workflow_under_faults_equals_the_local_run(tmp_path):
             time.sleep(0.1)
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=60)
-        # The resumed run's save of step 9 starts a 20 s outage; steps 10-12 train on.
+        # The resumed run's save of step 9 starts the outage; steps 10-12 train on.
         outage = proxy.add(
-            Fault("outage", outage_s=20, times=1, classes=("write", "chunk"),
+            Fault("outage", outage_s=OUTAGE_S, times=1, classes=("write", "chunk"),
                   match="run/checkpoints/9")
         )  # fmt: skip
         started = time.monotonic()
         resumed = _ok(_cli(proxy.url, tmp_path, *_train(workdir, corpus), SAVE_EVERY))
         assert "Resumed from step 6" in resumed, resumed[-3000:]
-        assert outage.times == 0 and time.monotonic() - started > 20  # it ran through it
+        assert outage.times == 0 and time.monotonic() - started > OUTAGE_S  # it ran through it
         _ok(
             _cli(proxy.url, tmp_path, "eval", "--config", harness.CONFIG, "--workdir", workdir,
                  "--num_cpu_devices=1", f"--config.corpus_dir={corpus}")
