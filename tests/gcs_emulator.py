@@ -121,8 +121,11 @@ def read_object(url: str, bucket: str, name: str) -> bytes:
 
 
 def download(url: str, bucket: str, prefix: str, target: pathlib.Path) -> pathlib.Path:
-    """Copies every object under `prefix` ("run/") into `target`; returns `target`."""
+    """Copies every object under `prefix` ("run/") into `target`; returns `target`.
+    Folder placeholders (names ending in "/") are left out."""
     for name in list_objects(url, bucket, prefix):
+        if name.endswith("/"):
+            continue
         path = target / name[len(prefix) :]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(read_object(url, bucket, name))

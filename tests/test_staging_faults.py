@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests import gcs_faults
+from tests import gcs_emulator, gcs_faults
 from tests.gcs_faults import Fault
 from xlnet_jax import paths
 from xlnet_jax.data import staging
@@ -92,4 +92,7 @@ def test_prepare_to_gs_uploads_the_manifest_last(proxy, tmp_path):
         proxy._draw = original
     assert MANIFEST_FILE in order[-1] and sum(MANIFEST_FILE in u for u in order) >= 1
     assert proxy.injected("503", "write") == 2
-    assert (paths.as_path(f"{ROOT}/published") / MANIFEST_FILE).read_bytes() == b"{}"
+    published = gcs_emulator.download(proxy.upstream, BUCKET, "published/", tmp_path / "got")
+    files = published.rglob("*")
+    got = {p.relative_to(published).as_posix(): p.read_bytes() for p in files if p.is_file()}
+    assert got == {**FILES, MANIFEST_FILE: b"{}"}
