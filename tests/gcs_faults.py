@@ -250,7 +250,7 @@ class FaultProxy:
             status, headers, content = await self._forward(request, body)
         finally:
             lock.release()
-        if status in (200, 201) and gcs_preconditions.is_resumable_start(url):
+        if status in (200, 201) and gcs_preconditions.is_resumable_start(request.method, url):
             location = gcs_preconditions.session_key(headers.get("Location", ""))
             self._sessions[location] = write
         elif status in (200, 201):

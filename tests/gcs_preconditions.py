@@ -62,8 +62,12 @@ def conditional_write(method: str, url: str, content_type: str, body: bytes) -> 
     return None
 
 
-def is_resumable_start(url: str) -> bool:
-    return parse_qs(urlsplit(url).query).get("uploadType") == ["resumable"]
+def is_resumable_start(method: str, url: str) -> bool:
+    """Whether `method url` opens a resumable session (its chunks' URLs carry the same
+    uploadType, with an upload_id)."""
+    query = parse_qs(urlsplit(url).query)
+    opening = method == "POST" and "upload_id" not in query
+    return opening and query.get("uploadType") == ["resumable"]
 
 
 def session_key(url: str) -> str:
