@@ -241,7 +241,8 @@ class FaultProxy:
         if write is None:
             return await self._forward(request, body)
         lock = _OBJECT_LOCKS[(self.upstream, write.bucket, write.name)]
-        await asyncio.to_thread(lock.acquire)
+        while not lock.acquire(blocking=False):  # never blocks the proxy's event loop
+            await asyncio.sleep(0.005)
         try:
             reason = write.failure(await self._metadata(write))
             if reason is not None:
