@@ -11,9 +11,11 @@ is switched off with GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false.
 import contextlib
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
@@ -90,3 +92,50 @@ def pointed_at(url: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+# What is in the emulator, asked over its JSON API with fresh HTTP requests: a test's
+# verdict never comes from a filesystem object (and its caches) of the test process.
+
+
+def list_objects(url: str, bucket: str, prefix: str = "") -> list[str]:
+    """The names of the objects in `bucket` under `prefix`, all pages."""
+    names, token = [], ""
+    while True:
+        query = urllib.parse.urlencode({"prefix": prefix, "pageToken": token})
+        with urllib.request.urlopen(f"{url}/storage/v1/b/{bucket}/o?{query}", timeout=30) as r:
+            page = json.load(r)
+        names += [item["name"] for item in page.get("items", [])]
+        token = page.get("nextPageToken", "")
+        if not token:
+            return names
+
+
+def read_object(url: str, bucket: str, name: str) -> bytes:
+    """The whole content of one object."""
+    quoted = urllib.parse.quote(name, safe="")
+    with urllib.request.urlopen(
+        f"{url}/storage/v1/b/{bucket}/o/{quoted}?alt=media", timeout=60
+    ) as r:
+        return r.read()
+
+
+def download(url: str, bucket: str, prefix: str, target: pathlib.Path) -> pathlib.Path:
+    """Copies every object under `prefix` ("run/") into `target`; returns `target`.
+    Folder placeholders (names ending in "/") are left out."""
+    for name in list_objects(url, bucket, prefix):
+        if name.endswith("/"):
+            continue
+        path = target / name[len(prefix) :]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(read_object(url, bucket, name))
+    return target
+
+
+def write_object(url: str, bucket: str, name: str, data: bytes) -> None:
+    """Uploads `data` as one object (a media upload), as any other writer would."""
+    query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+    request = urllib.request.Request(
+        f"{url}/upload/storage/v1/b/{bucket}/o?{query}", data=data, method="POST"
+    )
+    urllib.request.urlopen(request, timeout=60).close()

@@ -11,6 +11,12 @@ metadata) and forwarded, unless a scripted fault answers it instead:
 - an outage: every request is answered 503 for a window of time, from now (`outage`) or
   from the first request that matches an "outage" fault (e.g. one of a checkpoint save).
 
+A write that carries `ifGenerationMatch` / `ifMetagenerationMatch` is checked by the proxy
+before it is forwarded, and answered 412 when the object no longer matches, as GCS does
+(tests/gcs_preconditions.py); so a conditional write retried after its reply was lost
+fails as it would on GCS. Such writes to one object are serialised across every proxy of
+the process, so a check and its write are one step.
+
 Faults are drawn from one seeded random generator, so a run's faults repeat for a seed;
 `counts` says what was injected, so a test asserts the faults really happened. The
 emulator is started with `-external-url` = the proxy's URL, so resumable-upload locations
@@ -21,22 +27,27 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import json
 import random
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from tests import gcs_emulator
+from tests import gcs_emulator, gcs_preconditions
 from xlnet_jax import paths
 
 CLASSES = ("read", "write", "list", "delete", "chunk", "metadata")
 _HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
+# One lock per (emulator, bucket, object) for conditional writes, shared by all proxies.
+_OBJECT_LOCKS: collections.defaultdict[tuple[str, str, str], threading.Lock] = (
+    collections.defaultdict(threading.Lock)
+)
 
 
 def classify(method: str, url: str) -> str:
@@ -108,6 +119,8 @@ class FaultProxy:
         self.faults: list[Fault] = []
         self.counts: collections.Counter[str] = collections.Counter()  # "label:class"
         self.requests: collections.Counter[str] = collections.Counter()  # per class
+        self.preconditions_failed = 0  # conditional writes answered 412 by the proxy
+        self._sessions: dict[str, gcs_preconditions.Write] = {}  # resumable, by session key
         self._random = random.Random(seed)
         self._outage_until = 0.0
         self._lock = threading.Lock()
@@ -134,6 +147,7 @@ class FaultProxy:
         """No scripted faults and zeroed counters: a test starts from a healthy store."""
         self.clear()
         self.counts.clear()
+        self.preconditions_failed = 0
 
     def outage(self, seconds: float) -> None:
         """Answers every request 503 for `seconds` from now."""
@@ -205,7 +219,7 @@ class FaultProxy:
             await asyncio.sleep(fault.stall_s)
         if fault is not None and fault.kind == "status" and not fault.after_upstream:
             return _error(fault)
-        status, headers, content = await self._forward(request, body)
+        status, headers, content = await self._forward_checked(request, body)
         if fault is not None and fault.kind == "status":
             return _error(fault)
         if fault is not None and fault.kind == "reset":
@@ -213,6 +227,46 @@ class FaultProxy:
         if fault is not None and fault.kind == "corrupt" and content:
             content = bytes([content[0] ^ 0xFF]) + content[1:]
         return web.Response(status=status, headers=headers, body=content)
+
+    async def _forward_checked(self, request: web.Request, body: bytes) -> tuple[int, dict, bytes]:
+        """`_forward`, unless the write's preconditions fail: then GCS's 412, not forwarded."""
+        url = str(request.rel_url)
+        write = gcs_preconditions.conditional_write(
+            request.method, url, request.headers.get("Content-Type", ""), body
+        )
+        session = gcs_preconditions.session_key(url)
+        last_chunk = gcs_preconditions.is_last_chunk(request.headers.get("Content-Range", ""))
+        if write is None and last_chunk:
+            write = self._sessions.get(session)
+        if write is None:
+            return await self._forward(request, body)
+        lock = _OBJECT_LOCKS[(self.upstream, write.bucket, write.name)]
+        while not lock.acquire(blocking=False):  # never blocks the proxy's event loop
+            await asyncio.sleep(0.005)
+        try:
+            reason = write.failure(await self._metadata(write))
+            if reason is not None:
+                self.preconditions_failed += 1
+                return _precondition_failed(reason)
+            status, headers, content = await self._forward(request, body)
+        finally:
+            lock.release()
+        if status in (200, 201) and gcs_preconditions.is_resumable_start(request.method, url):
+            location = gcs_preconditions.session_key(headers.get("Location", ""))
+            self._sessions[location] = write
+        elif status in (200, 201):
+            self._sessions.pop(session, None)  # a completed session is not checked again
+        return status, headers, content
+
+    async def _metadata(self, write: gcs_preconditions.Write) -> dict | None:
+        """The object's metadata from the emulator itself (no faults), None if absent."""
+        name = quote(write.name, safe="")
+        url = f"{self.upstream}/storage/v1/b/{write.bucket}/o/{name}"
+        async with self._session.get(url) as reply:
+            if reply.status == 404:
+                return None
+            reply.raise_for_status()
+            return json.loads(await reply.read())
 
     async def _forward(self, request: web.Request, body: bytes) -> tuple[int, dict, bytes]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
@@ -239,6 +293,14 @@ def _error(fault: Fault) -> web.Response:
         status=fault.status,
         headers=headers,
     )
+
+
+def _precondition_failed(reason: str) -> tuple[int, dict, bytes]:
+    """GCS's answer to a write whose precondition failed."""
+    message = f"At least one of the pre-conditions you specified did not hold ({reason})."
+    error = {"code": 412, "message": message, "errors": [{"reason": "conditionNotMet"}]}
+    body = json.dumps({"error": error}).encode()
+    return 412, {"Content-Type": "application/json; charset=UTF-8"}, body
 
 
 async def _cut(request: web.Request, status: int, headers: dict, content: bytes):
@@ -270,13 +332,15 @@ def running(seed: int = 0, bucket: str = gcs_emulator.BUCKET) -> Iterator[FaultP
 
 
 @contextlib.contextmanager
-def faulty_storage(seed: int, retry: str, **env: str) -> Iterator[FaultProxy]:
+def faulty_storage(
+    seed: int, retry: str, bucket: str = gcs_emulator.BUCKET, **env: str
+) -> Iterator[FaultProxy]:
     """`running`, with gs:// clients pointed at the proxy, our retry policy set to `retry`
     ($XLNET_JAX_STORAGE_RETRY: gcsfs's requests follow it too) and other environment
-    variables `env`; one per module."""
+    variables `env`; one per module, each with its own `bucket`."""
     with (
         pytest.MonkeyPatch.context() as patch,
-        running(seed=seed) as proxy,
+        running(seed=seed, bucket=bucket) as proxy,
         gcs_emulator.pointed_at(proxy.url),
     ):
         patch.setenv(paths.RETRY_ENV, retry)

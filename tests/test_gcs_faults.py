@@ -12,12 +12,12 @@ import pytest
 from tests import gcs_emulator, gcs_faults
 from tests.gcs_faults import Fault
 
-BUCKET = gcs_emulator.BUCKET
+BUCKET = "xlnet-test-proxy"
 
 
 @pytest.fixture(scope="module")
 def proxy():
-    with gcs_faults.running(seed=1) as proxy, gcs_emulator.pointed_at(proxy.url):
+    with gcs_faults.running(seed=1, bucket=BUCKET) as proxy, gcs_emulator.pointed_at(proxy.url):
         yield proxy
 
 

@@ -14,7 +14,8 @@ from xlnet_jax.data import staging
 from xlnet_jax.data.manifest import MANIFEST_FILE, Manifest
 from xlnet_jax.errors import DataError
 
-ROOT = f"gs://{gcs_emulator.BUCKET}"
+BUCKET = "xlnet-test-staging"
+ROOT = f"gs://{BUCKET}"
 FILES = {"xlnet_corpus/1.0.0/train.array_record": os.urandom(3000), "spm.model": b"tokenizer"}
 
 
@@ -22,7 +23,9 @@ FILES = {"xlnet_corpus/1.0.0/train.array_record": os.urandom(3000), "spm.model":
 def proxy(tmp_path_factory):
     retry = "first_delay_s=0.05,max_delay_s=0.2,budget_s=30"
     cache = str(tmp_path_factory.mktemp("cache"))
-    with gcs_faults.faulty_storage(seed=17, retry=retry, **{paths.CACHE_ENV: cache}) as proxy:
+    with gcs_faults.faulty_storage(
+        seed=17, retry=retry, bucket=BUCKET, **{paths.CACHE_ENV: cache}
+    ) as proxy:
         yield proxy
 
 
@@ -90,4 +93,7 @@ def test_publishing_to_gs_uploads_the_manifest_last(proxy, tmp_path):
         proxy._draw = original
     assert MANIFEST_FILE in order[-1] and sum(MANIFEST_FILE in u for u in order) >= 1
     assert proxy.injected("503", "write") == 2
-    assert (paths.as_path(f"{ROOT}/published") / MANIFEST_FILE).read_bytes() == b"{}"
+    published = gcs_emulator.download(proxy.upstream, BUCKET, "published/", tmp_path / "got")
+    files = published.rglob("*")
+    got = {p.relative_to(published).as_posix(): p.read_bytes() for p in files if p.is_file()}
+    assert got == {**FILES, MANIFEST_FILE: b"{}"}

@@ -19,13 +19,14 @@ from xlnet_jax.errors import STORAGE_EXIT_CODE, ConfigError, DataError, StorageE
 from xlnet_jax.run.workdir import prepare_workdir
 from xlnet_jax.training import run_config
 
-ROOT = f"gs://{gcs_emulator.BUCKET}"
+BUCKET = "xlnet-test-retry"
+ROOT = f"gs://{BUCKET}"
 
 
 @pytest.fixture(scope="module")
 def proxy():
     retry = "first_delay_s=0.05,max_delay_s=0.2,budget_s=15"
-    with gcs_faults.faulty_storage(seed=5, retry=retry) as proxy:
+    with gcs_faults.faulty_storage(seed=5, retry=retry, bucket=BUCKET) as proxy:
         yield proxy
 
 
@@ -98,19 +99,19 @@ def test_retries_stop_at_the_attempt_bound_and_at_the_time_bound():
 
 def test_each_gcsfs_request_retries_under_the_policy(proxy, monkeypatch):
     fs = gcsfs.GCSFileSystem()
-    fs.pipe_file(f"{gcs_emulator.BUCKET}/policy", b"p")
+    fs.pipe_file(f"{BUCKET}/policy", b"p")
     proxy.add(Fault("status", status=503, classes=("read",), times=2))
-    assert fs.cat_file(f"{gcs_emulator.BUCKET}/policy") == b"p"  # the third try answers
+    assert fs.cat_file(f"{BUCKET}/policy") == b"p"  # the third try answers
     monkeypatch.setenv(paths.RETRY_ENV, "attempts=3,first_delay_s=0.05,max_delay_s=0.1")
     proxy.add(Fault("status", status=503, classes=("read",)))
     reads = proxy.requests["read"]
     with pytest.raises(HttpError, match="503"):
-        fs.cat_file(f"{gcs_emulator.BUCKET}/policy")
+        fs.cat_file(f"{BUCKET}/policy")
     assert proxy.requests["read"] - reads == 3  # the policy's attempts, not gcsfs's 6
     proxy.clear()
     reads = proxy.requests["read"]
     with pytest.raises(FileNotFoundError):  # an answer: asked once
-        fs.cat_file(f"{gcs_emulator.BUCKET}/missing")
+        fs.cat_file(f"{BUCKET}/missing")
     assert proxy.requests["read"] - reads == 1
 
 
@@ -122,20 +123,18 @@ def test_a_request_inside_an_operation_stops_retrying_at_the_operation_deadline(
     proxy.add(Fault("status", status=503, classes=("read",)))
     start = time.monotonic()
     with pytest.raises(StorageError, match="while reading"):
-        paths.retry(
-            lambda: fs.cat_file(f"{gcs_emulator.BUCKET}/deadline"), "reading", deadline=start + 1
-        )
+        paths.retry(lambda: fs.cat_file(f"{BUCKET}/deadline"), "reading", deadline=start + 1)
     assert time.monotonic() - start < 4  # the 300 s budget would hold it for minutes
     assert proxy.injected("503", "read") >= 3
 
 
 def test_a_stalled_gcsfs_request_is_cut_at_its_timeout_and_retried(proxy, monkeypatch):
     fs = gcsfs.GCSFileSystem()
-    fs.pipe_file(f"{gcs_emulator.BUCKET}/stalled", b"s")
+    fs.pipe_file(f"{BUCKET}/stalled", b"s")
     monkeypatch.setenv(paths.RETRY_ENV, "first_delay_s=0.05,request_timeout_s=1")
     proxy.add(Fault("stall", stall_s=6, classes=("read",), times=1))
     start = time.monotonic()
-    assert fs.cat_file(f"{gcs_emulator.BUCKET}/stalled") == b"s"
+    assert fs.cat_file(f"{BUCKET}/stalled") == b"s"
     assert time.monotonic() - start < 5  # 1 s, then the retry; 6 s without the bound
     assert proxy.injected("stall", "read") == 1
 

@@ -41,6 +41,17 @@ T = TypeVar("T")
 CACHE_ENV = "XLNET_JAX_CACHE_DIR"
 
 
+# Every answer about a gs:// path comes from storage, not from a listing this process cached:
+# etils keeps one gcsfs filesystem per process, and gcsfs's listing cache never expires, so
+# after another writer (tensorstore writing the arrays, another host, another run) changed
+# a folder, exists() answered False for a committed step and a read stopped at the old
+# size. fsspec applies its configuration to every gcsfs filesystem made after this
+# (etils' included), under either of gcsfs's protocol names; set here, over any
+# $FSSPEC_GS / $FSSPEC_GCS, so no entry point runs with the cache on.
+for _protocol in ("gs", "gcs"):
+    fsspec.config.conf.setdefault(_protocol, {})["use_listings_cache"] = False
+
+
 def is_remote(path: str | os.PathLike) -> bool:
     """Whether `path` is a URL (gs://...) rather than a local path."""
     return "://" in os.fspath(path)
