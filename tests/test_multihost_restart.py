@@ -42,7 +42,7 @@ def proxy():
     """The emulator behind the fault proxy, holding the 8-shard corpus; faults from here on."""
     with gcs_faults.running(seed=38, bucket=BUCKET) as proxy:
         with gcs_emulator.pointed_at(proxy.url):
-            staging._publish(sharded_corpus(), f"{ROOT}/corpus")
+            staging.publish(sharded_corpus(), f"{ROOT}/corpus")
         for fault in TRANSIENT:
             proxy.add(fault)
         yield proxy
