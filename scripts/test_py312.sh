@@ -32,7 +32,13 @@ core=(
   tests/test_attention_kernel.py::test_no_score_sized_array_on_kernel_path
   "tests/test_triton_kernel.py::test_triton_kernel_matches_xla[memory_two_segments-0.1]"
   tests/test_triton_kernel.py::test_train_step_exported_for_cuda_runs_the_triton_kernel
-  tests/test_attention_fallback.py tests/test_pallas_triton_warning.py
+  tests/test_attention_fallback.py::test_auto_trains_on_xla_when_the_kernel_does_not_compile
+  tests/test_attention_fallback.py::test_pallas_fails_loudly_when_the_kernel_does_not_compile
+  tests/test_attention_fallback.py::test_auto_does_not_hide_other_compile_failures
+  "tests/test_attention_fallback.py::test_a_wrong_kernel_is_not_trusted[flipped mask-auto]"
+  tests/test_attention_fallback.py::test_the_check_fails_when_the_kernel_crashes_on_the_device
+  tests/test_attention_fallback.py::test_no_check_where_the_kernel_runs_interpreted
+  tests/test_pallas_triton_warning.py
   tests/test_train_resume.py::test_sigkill_then_resume_is_bit_exact_through_the_kernel_with_dropout
   tests/test_sharding_invariance.py::test_eight_devices_match_one_device
 )
