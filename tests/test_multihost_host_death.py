@@ -4,8 +4,10 @@ process is started on its own, as on a pod's hosts.
 Three cases, side by side: a peer SIGKILLed, the coordinator (process 0) SIGKILLed, a peer
 hung (SIGSTOP). The survivor exits by itself within the heartbeat timeout plus a bound,
 with exit code 5 (not an abort), and its last words are one line naming the lost process,
-with no traceback or C++ stack before it. Started again, each job resumes and ends bit for
-bit where an uninterrupted run ends.
+with no traceback or C++ stack before it. Started again, the job whose process hung (the
+case that leaves the most behind: a stopped process still holding its files) resumes and
+ends bit for bit where an uninterrupted run ends. A killed trainer's relaunch is
+tests/test_multihost_restart.py's case, there through the launcher on a gs:// workdir.
 """
 
 import os
@@ -23,6 +25,7 @@ from xlnet_jax.training.metrics import read_metrics
 HEARTBEAT = 10  # seconds
 BOUND = 60  # seconds past the heartbeat timeout, generous for a loaded machine
 STEPS = ("--config.num_train_steps=8", "--config.checkpoint_every=2")
+RELAUNCHED = "peer_hung"
 # case: (the process that is lost, the signal, the survivor)
 CASES = {
     "peer_killed": (1, signal.SIGKILL, 0),
@@ -114,13 +117,10 @@ def test_survivors_exit_in_one_line_and_a_relaunch_is_bit_exact(tmp_path):
         assert "Traceback" not in said and "Check failure" not in said, said[-3000:]
 
     assert [p.wait(timeout=900) for p in uninterrupted] == [0, 0], _stderr(straight, 0)[-3000:]
-    relaunched = {case: _start(tmp_path / case) for case in CASES}
+    relaunched = tmp_path / RELAUNCHED
+    assert [p.wait(timeout=900) for p in _start(relaunched)] == [0, 0], _stderr(relaunched, 0)
     want = _losses(straight)
     assert sorted(want) == list(range(1, 9))
-    for case, processes in relaunched.items():
-        assert [p.wait(timeout=900) for p in processes] == [0, 0], _stderr(tmp_path / case, 0)
-        assert "Resumed from step" in _stderr(tmp_path / case, 0)
-        assert _losses(tmp_path / case) == want, case
-        harness.assert_trees_equal(
-            harness.final_params(tmp_path / case), harness.final_params(straight)
-        )
+    assert "Resumed from step" in _stderr(relaunched, 0)
+    assert _losses(relaunched) == want
+    harness.assert_trees_equal(harness.final_params(relaunched), harness.final_params(straight))
