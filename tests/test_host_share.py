@@ -1,7 +1,9 @@
-"""Every host reads only its share: 4 processes x 1 CPU device under jax.distributed train
-from a gs:// corpus (tests/gcs_emulator.py) with config.data_ranges=4. Each stages and
-caches a quarter of the corpus (its own XLNET_JAX_CACHE_DIR stands for its own disk), and
-the run equals 1 process with 4 devices reading everything."""
+"""Every host reads only its share by default: 4 processes x 1 CPU device under
+jax.distributed train from a gs:// corpus (tests/gcs_emulator.py) with the default
+config.data_ranges, which the run resolves to 4 and records. Each stages and caches a
+quarter of the corpus (its own XLNET_JAX_CACHE_DIR stands for its own disk), and the run
+equals 1 process with 4 devices reading everything in the same 4 ranges (data_ranges=4,
+pinned: its own default would be 1)."""
 
 import sys
 
@@ -16,9 +18,9 @@ from xlnet_jax import paths
 from xlnet_jax.data import staging
 from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.launch import commands, local
+from xlnet_jax.training import run_config
 
 CORPUS = f"gs://{gcs_emulator.BUCKET}/sharded"
-RANGED = ("--config.data_ranges=4", f"--config.corpus_dir={CORPUS}")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def gcs():
         yield url
 
 
-def _launch(gcs_url, tmp_path, name: str, processes: int, devices: int) -> list[str]:
+def _launch(gcs_url, tmp_path, name: str, processes: int, devices: int, overrides=()) -> list[str]:
     """Trains in tmp_path/name with `processes` processes of `devices` devices, each with
     its own cache root; returns those roots."""
     port, roots, argvs = local.free_port(), [], []
@@ -43,7 +45,8 @@ def _launch(gcs_url, tmp_path, name: str, processes: int, devices: int) -> list[
             flags = [f"--num_cpu_devices={devices}"]
         argvs.append(
             ["env", *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m", "xlnet_jax.cli",
-             *commands.train_args(flags, harness.CONFIG, str(tmp_path / name), RANGED)]
+             *commands.train_args(flags, harness.CONFIG, str(tmp_path / name),
+                                  [f"--config.corpus_dir={CORPUS}", *overrides])]
         )  # fmt: skip
     code = local.run(argvs, tmp_path / f"{name}-logs", timeout=400)
     assert code == 0, (tmp_path / f"{name}-logs" / "process_0.log").read_text()[-3000:]
@@ -51,8 +54,10 @@ def _launch(gcs_url, tmp_path, name: str, processes: int, devices: int) -> list[
 
 
 def test_four_hosts_each_hold_a_quarter_and_train_as_one_process(gcs, tmp_path):
-    one = _launch(gcs, tmp_path, "one", processes=1, devices=4)
-    four = _launch(gcs, tmp_path, "four", processes=4, devices=1)
+    pinned = ("--config.data_ranges=4",)  # one process's default would read 1 range
+    one = _launch(gcs, tmp_path, "one", processes=1, devices=4, overrides=pinned)
+    four = _launch(gcs, tmp_path, "four", processes=4, devices=1)  # the default data_ranges
+    assert run_config.load(str(tmp_path / "four")).data_ranges == 4  # recorded for resumes
 
     # The same training: losses, params and memory.
     want, got = tmp_path / "one", tmp_path / "four"

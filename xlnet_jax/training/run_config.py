@@ -9,14 +9,18 @@ also records the package versions the run trains with (run_versions.py), beside 
 """
 
 import json
+import logging
 import os
 
 import ml_collections
 
 from xlnet_jax import paths
 from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
+from xlnet_jax.config import AUTO_RANGES, data_ranges
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.training import optim, run_versions
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 VERSIONS_KEY = "versions"  # config.json's one entry that is not a config field
@@ -90,6 +94,39 @@ def newest_step(workdir: str) -> int | None:
         ]
 
     return max(paths.retry(finished, f"listing {directory}"), default=None)
+
+
+def with_data_ranges(
+    config: ml_collections.ConfigDict, workdir: str | None, process_count: int
+) -> ml_collections.ConfigDict:
+    """`config` with data_ranges a number of ranges, before the run saves its config.
+
+    An explicit data_ranges stays. AUTO_RANGES becomes the number that `workdir`'s run
+    recorded in its config.json once it has a checkpoint (1 if saved before the field), so
+    a resume on another process count reads the same batches; for a run that starts now,
+    the ranges of `process_count` processes (config.data_ranges).
+    """
+    if config.get("data_ranges", 1) != AUTO_RANGES:
+        return config
+    saved = load(workdir) if workdir and newest_step(workdir) is not None else None
+    if saved is not None:
+        ranges = saved.get("data_ranges", 1)
+        log.info("config.data_ranges: %d, as the run recorded in its %s.", ranges, CONFIG_FILE)
+    else:
+        ranges = data_ranges(config, process_count)
+        if ranges == process_count:
+            log.info("config.data_ranges: %d, the process count (recorded for resumes).", ranges)
+        else:
+            log.warning(
+                "config.data_ranges: %d, not the process count %d, which does not divide the "
+                "batch's streams: each process stages and caches 1/%d of the corpus.",
+                ranges,
+                process_count,
+                ranges,
+            )
+    resolved = config.copy_and_resolve_references()
+    resolved.data_ranges = ranges
+    return resolved
 
 
 def _plain(config: ml_collections.ConfigDict) -> dict:

@@ -211,10 +211,12 @@ class RunPlan:
     """What the checks before compiling found: the corpus and the params to start from.
 
     Attributes:
+      config: the run's config, data_ranges resolved (run_config.with_data_ranges).
       manifest, fingerprint: the corpus the config names, checked against it.
       source: the params a new run starts from (--init_from), or None.
     """
 
+    config: ml_collections.ConfigDict
     manifest: Manifest
     fingerprint: str
     source: Source | None
@@ -230,12 +232,15 @@ def plan_run(
 ) -> RunPlan:
     """Every check that needs no compiling (`train --dry_run` runs only these).
 
-    A resumed run's config may differ from the one saved in WORKDIR/config.json only as
+    config.data_ranges is resolved first (the process count for a new run, the recorded
+    number for a resumed one), so the checks and the saved config see the number. A
+    resumed run's config may differ from the one saved in WORKDIR/config.json only as
     run_config.check_rerun allows (schedule fields with change_schedule), and its package
     versions from those recorded there only with allow_version_change; the config and
     corpus pass preflight.check_run_from, with a new run's --init_from source, in one round.
     """
     run_config.check_versions(workdir, allow_change=allow_version_change)
+    config = run_config.with_data_ranges(config, workdir, jax.process_count())
     step = run_config.newest_step(workdir)
     saved = run_config.load(workdir)
     if step is not None and saved is not None:
@@ -248,7 +253,7 @@ def plan_run(
     manifest, fingerprint, source = check_run_from(
         config, jax.device_count(), evaluates=config.eval_every > 0, init_from=init_from
     )
-    return RunPlan(manifest, fingerprint, source)
+    return RunPlan(config, manifest, fingerprint, source)
 
 
 def train_and_evaluate(
@@ -274,6 +279,7 @@ def train_and_evaluate(
         init_from=init_from,
         allow_version_change=allow_version_change,
     )
+    config = plan.config
     profiler = StepProfiler(profile_steps, workdir)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
