@@ -9,7 +9,6 @@ also records the package versions the run trains with (run_versions.py), beside 
 """
 
 import json
-import logging
 import os
 
 import ml_collections
@@ -19,8 +18,6 @@ from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.config import AUTO_RANGES, data_ranges
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.training import optim, run_versions
-
-log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 VERSIONS_KEY = "versions"  # config.json's one entry that is not a config field
@@ -104,26 +101,15 @@ def with_data_ranges(
     An explicit data_ranges stays. AUTO_RANGES becomes the number that `workdir`'s run
     recorded in its config.json once it has a checkpoint (1 if saved before the field), so
     a resume on another process count reads the same batches; for a run that starts now,
-    the ranges of `process_count` processes (config.data_ranges).
+    the ranges of `process_count` processes (xlnet_jax.config.data_ranges).
     """
     if config.get("data_ranges", 1) != AUTO_RANGES:
         return config
     saved = load(workdir) if workdir and newest_step(workdir) is not None else None
     if saved is not None:
         ranges = saved.get("data_ranges", 1)
-        log.info("config.data_ranges: %d, as the run recorded in its %s.", ranges, CONFIG_FILE)
     else:
         ranges = data_ranges(config, process_count)
-        if ranges == process_count:
-            log.info("config.data_ranges: %d, the process count (recorded for resumes).", ranges)
-        else:
-            log.warning(
-                "config.data_ranges: %d, not the process count %d, which does not divide the "
-                "batch's streams: each process stages and caches 1/%d of the corpus.",
-                ranges,
-                process_count,
-                ranges,
-            )
     resolved = config.copy_and_resolve_references()
     resolved.data_ranges = ranges
     return resolved
