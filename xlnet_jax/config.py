@@ -31,7 +31,7 @@ DEFAULT_AXIS_RULES = (
 # The device mesh's axes, outermost first; config.mesh_* sizes them.
 MESH_AXES = ("data", "fsdp", "tensor")
 
-# config.data_ranges: one range per process of the run's start (see data_ranges).
+# config.data_ranges' default: one range per process when the run starts (data_ranges()).
 AUTO_RANGES = 0
 
 
@@ -120,9 +120,10 @@ def default_config() -> ml_collections.ConfigDict:
     # --- Data ---
     c.corpus_dir = ""  # Output of `xlnet-jax prepare`; empty means WORKDIR/corpus (built-in).
     # Contiguous ranges of each split's shards, each a ring of its own streams; a host stages
-    # and caches only its rows' ranges. A multiple of the process count (1: read whole), or
-    # AUTO_RANGES: the process count when the run starts (data_ranges below), recorded in
-    # the run's config.json, so a resume on another process count reads the same batches.
+    # and caches only its rows' ranges: a multiple or divisor of the process count that
+    # divides the batch's streams (1: read whole), or AUTO_RANGES, the process count when
+    # the run starts (data_ranges()), recorded in the run's config.json so that a resume on
+    # another process count reads the same batches.
     c.data_ranges = AUTO_RANGES
 
     # --- Optimisation (AdamW, linear warmup then linear decay) ---
