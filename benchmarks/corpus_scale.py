@@ -8,12 +8,14 @@ every timed run prepares the whole corpus with it (`spm_model`), so the rows tim
 normalising, tokenizing, the split and writing the array_record shards:
 
   - the one-process path with 1 and 2 tokenizer workers;
-  - Apache Beam's DirectRunner with 1 and 2 worker processes (multi_processing);
+  - Apache Beam's DirectRunner with 1 and 2 worker processes (multi_processing), writing
+    to a local directory, then to gs:// on the local GCS emulator (tests/gcs_emulator.py):
+    the workers upload their shards themselves, as Dataflow's do;
 
 then each process's local bytes when P = 1, 2 and 4 simulated hosts read their share of
-the corpus behind the local GCS emulator (benchmarks/host_share.py; "pending" where that
-script is absent), and a projection for the paper's corpus on a v4-512 slice, labelled
-as such, with its formula.
+the gs:// corpus with the default config.data_ranges (benchmarks/host_share.py), and
+projections for the paper's corpus, labelled as such, with their formulas: its
+preparation on Dataflow, its bytes per host on a v4-512 slice.
 
   python benchmarks/corpus_scale.py [--tokens 50000000] [--smoke]
 
@@ -23,19 +25,26 @@ average is printed above the table.
 """
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import tempfile
 import time
 
-from xlnet_jax.data import builtin_corpus, tokenizer
-from xlnet_jax.data.normalize import normalize
-from xlnet_jax.data.prepare import manifest_fingerprint, pipeline_options, prepare_corpus
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.host_share import host_share_rows  # noqa: E402
+from tests import gcs_emulator  # noqa: E402
+from xlnet_jax.data import builtin_corpus, tokenizer  # noqa: E402
+from xlnet_jax.data.normalize import normalize  # noqa: E402
+from xlnet_jax.data.prepare import manifest_fingerprint, pipeline_options, prepare_corpus  # noqa: E402
 
 PAPER_TOKENS = 32.9e9  # XLNet-Large's pretraining corpus, SentencePiece tokens
 PAPER_HOSTS = 64  # a v4-512 slice: 256 chips, 4 per host
 PROCESSES = [1, 2, 4]
+GCS = "Beam to gs://"  # the runs whose workers upload their shards to the emulator
 
 
 def make_corpus(
@@ -63,28 +72,13 @@ def make_corpus(
     return paths, model
 
 
-def timed_prepare(paths: list, model: str, out: str, **engine) -> tuple[int, float, str]:
-    """(tokens, seconds, manifest fingerprint) of one preparation with the given model."""
+def timed_prepare(paths: list, model: str, out: str, **engine) -> tuple[int, float, tuple]:
+    """(tokens, seconds, what the corpus is) of one preparation with the given model: its
+    manifest fingerprint and the sha256 of every file, which all runs must share."""
     start = time.perf_counter()
     m = prepare_corpus(paths, out, spm_model=model, validation_fraction=0.02, **engine)
-    return m.stats["tokens"], time.perf_counter() - start, manifest_fingerprint(m)
-
-
-def host_rows(corpus: str) -> list[dict] | None:
-    """benchmarks/host_share.py's rows for the corpus, or None while it is absent."""
-    try:
-        from host_share import host_share_rows
-    except ImportError:
-        return None
-    return host_share_rows(corpus, PROCESSES)
-
-
-def dataset_bytes(corpus: str) -> int:
-    """Bytes of the tfds dataset (array_record shards and metadata) of a local corpus."""
-    root = os.path.join(corpus, "xlnet_corpus")
-    return sum(
-        os.path.getsize(os.path.join(d, name)) for d, _, names in os.walk(root) for name in names
-    )
+    files = tuple(sorted((name, f["sha256"]) for name, f in m.files.items()))
+    return m.stats["tokens"], time.perf_counter() - start, (manifest_fingerprint(m), files)
 
 
 def main() -> None:
@@ -99,64 +93,66 @@ def main() -> None:
         args.tokens, args.files, args.vocab_size, args.docs = 1, 4, 500, 60
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="corpus-scale-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="corpus-scale-"))
         paths, model = make_corpus(tmp, args.tokens, args.files, args.vocab_size, args.docs)
         text_bytes = sum(os.path.getsize(p) for p in paths)
-        rates, fingerprints = {}, set()
-        runs = [("one process", 1), ("Beam", 1)]
-        runs += [] if args.smoke else [("one process", 2), ("Beam", 2)]
-        for path_name, workers in sorted(runs):
-            out = os.path.join(tmp, f"{path_name}-{workers}".replace(" ", "-"))
-            if path_name == "Beam":
-                engine = {"beam_options": pipeline_options("DirectRunner", None, workers)}
+        url = stack.enter_context(gcs_emulator.running())
+        stack.enter_context(gcs_emulator.pointed_at(url))
+        rates, corpora = {}, set()
+        workers_list = [1] if args.smoke else [1, 2]
+        runs = sorted((name, n) for name in ("one process", "Beam") for n in workers_list)
+        runs += [(GCS, n) for n in workers_list]  # after the local rows, which they match
+        for path_name, workers in runs:
+            if path_name == GCS:
+                out = f"gs://{gcs_emulator.BUCKET}/beam-{workers}"
             else:
+                out = os.path.join(tmp, f"{path_name}-{workers}".replace(" ", "-"))
+            if path_name == "one process":
                 engine = {"num_workers": workers}
-            tokens, seconds, fingerprint = timed_prepare(paths, model, out, **engine)
-            fingerprints.add(fingerprint)
+            else:
+                engine = {"beam_options": pipeline_options("DirectRunner", None, workers)}
+            tokens, seconds, written = timed_prepare(paths, model, out, **engine)
+            corpora.add(written)
             rates[path_name, workers] = tokens / seconds
+            label = path_name + (", DirectRunner" if path_name != "one process" else "")
             rows.append(
-                f"| prepare, {path_name}{', DirectRunner' if path_name == 'Beam' else ''}, "
-                f"{workers} worker{'s' * (workers > 1)} | {tokens:,} tokens "
-                f"({text_bytes / 1e6:.0f} MB of text) in {seconds:.1f} s | "
+                f"| prepare, {label}, {workers} worker{'s' * (workers > 1)} | {tokens:,} "
+                f"tokens ({text_bytes / 1e6:.0f} MB of text) in {seconds:.1f} s | "
                 f"{tokens / seconds:,.0f} tokens/s |"
             )
-            corpus = out
-        if len(fingerprints) != 1:  # every engine must write the same corpus
-            sys.exit(f"The runs wrote {len(fingerprints)} different corpora: {rows}")
-        per_token = dataset_bytes(corpus) / tokens
-        share = host_rows(corpus)
-        for p in PROCESSES:
-            row = next((r for r in share or [] if r["processes"] == p), None)
-            if row is None:
-                rows.append(f"| local bytes per process, P = {p} (GCS emulator) | pending | |")
-            else:
-                rows.append(
-                    f"| local bytes per process, P = {p} (GCS emulator) | "
-                    f"{row['max_process_bytes']:,} of {row['corpus_bytes']:,} | "
-                    f"{row['max_process_bytes'] / row['corpus_bytes']:.3f} of the corpus |"
-                )
-        # The projection: Beam's rate with 1 worker, times the workers, times the
-        # efficiency that 2 workers reached here; the disk per host from the P = 4 row.
-        measured = ("Beam", 2) in rates
-        efficiency = rates["Beam", 2] / (2 * rates["Beam", 1]) if measured else 1.0
-        hours = PAPER_TOKENS / (rates["Beam", 1] * PAPER_HOSTS * efficiency) / 3600
+        if len(corpora) != 1:  # every engine must write the same corpus, file for file
+            sys.exit(f"The runs wrote {len(corpora)} different corpora: {rows}")
+        corpus = out  # the last run's: gs://, written by Beam's workers
+        share = host_share_rows(corpus, PROCESSES)  # data_ranges: the default, R = P
+        for row in share:
+            rows.append(
+                f"| local bytes per process, P = {row['processes']} (gs:// on the emulator, "
+                f"default data_ranges = {row['data_ranges']}) | {row['max_process_bytes']:,} "
+                f"(corpus: {row['corpus_bytes']:,}) | "
+                f"{row['max_process_bytes'] / share[0]['max_process_bytes']:.3f} of P = 1 |"
+            )
+        # The projection: Dataflow workers of one core, each at the rate of one DirectRunner
+        # worker writing to gs:// here, with the efficiency that 2 such workers reached.
+        measured = (GCS, 2) in rates
+        r1 = rates[GCS, 1]
+        efficiency = rates[GCS, 2] / (2 * r1) if measured else 1.0
+        hours = PAPER_TOKENS / (r1 * PAPER_HOSTS * efficiency) / 3600
         rows.append(
-            f"| projection: prepare {PAPER_TOKENS / 1e9:.1f}B tokens on {PAPER_HOSTS} Beam "
-            f"workers | {hours:,.1f} h | = tokens / (r1 x workers x e), r1 = "
-            f"{rates['Beam', 1]:,.0f} tokens/s (Beam, 1 worker), e = {efficiency:.2f} "
+            f"| projection: prepare {PAPER_TOKENS / 1e9:.1f}B tokens with DataflowRunner, "
+            f"{PAPER_HOSTS} workers of one core | {hours:,.1f} h | = tokens / (r1 x workers "
+            f"x e), r1 = {r1:,.0f} tokens/s ({GCS}, 1 worker), e = {efficiency:.2f} "
             f"({'2 workers / twice 1 worker' if measured else 'assumed: no 2-worker row'}) |"
         )
-        fraction = 1 / 4
-        row4 = next((r for r in share or [] if r["processes"] == 4), None)
-        if row4 is not None:
-            fraction = row4["max_process_bytes"] / row4["corpus_bytes"]
+        one, four = (next(r for r in share if r["processes"] == p) for p in (1, 4))
+        per_token = one["max_process_bytes"] / tokens
+        fraction = four["max_process_bytes"] / one["max_process_bytes"]
         disk = PAPER_TOKENS * per_token * fraction * 4 / PAPER_HOSTS
-        source = "the P = 4 row" if row4 else "1/P (P = 4 row pending)"
         rows.append(
-            f"| projection: dataset bytes per host, {PAPER_TOKENS / 1e9:.1f}B tokens on "
-            f"{PAPER_HOSTS} hosts | {disk / 1e9:,.1f} GB | = tokens x b x (share at P = 4) x "
-            f"4 / hosts, b = {per_token:.2f} B/token (this corpus's array_record dataset), "
-            f"share from {source}; the stream cache adds its own bytes per token |"
+            f"| projection: local bytes per host, {PAPER_TOKENS / 1e9:.1f}B tokens on "
+            f"{PAPER_HOSTS} hosts | {disk / 1e9:,.1f} GB | = tokens x h x s x 4 / hosts, h = "
+            f"{per_token:.2f} B/token (staged + cached at P = 1), s = {fraction:.3f} (P = 4 "
+            "over P = 1) |"
         )
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{len(os.sched_getaffinity(0))} cores; Python {sys.version.split()[0]}")  # fmt: skip

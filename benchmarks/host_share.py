@@ -1,11 +1,12 @@
-"""Each host's local bytes of a `gs://` corpus read with config.data_ranges, for P hosts.
+"""Each host's local bytes of a `gs://` corpus read with the default config, for P hosts.
 
 For each P, P simulated hosts (each its own XLNET_JAX_CACHE_DIR) read the corpus as
 training's process i of P does: stage its small files (preflight's stage_corpus), then
 build the train and validation stream batchers of its rows, which stage the shards of its
-ranges and write their flat cache (corpus.load_split). data_ranges is the largest P, so
-every row of the table reads the same batches. A local corpus is published to the local
-GCS emulator (tests/gcs_emulator.py) first; a gs:// one is read where it is. Prints a
+ranges and write their flat cache (corpus.load_split). config.data_ranges is the default
+config's, resolved as `train` resolves it when a run starts on P processes
+(run_config.with_data_ranges): R = P. A local corpus is published to the local GCS
+emulator (tests/gcs_emulator.py) first; a gs:// one is read where it is. Prints a
 markdown table.
 
   python benchmarks/host_share.py [--corpus DIR] [--processes 1,2,4] [--shards 16]
@@ -28,9 +29,11 @@ sys.path.insert(0, REPO)
 
 from tests import gcs_emulator  # noqa: E402
 from xlnet_jax import paths  # noqa: E402
+from xlnet_jax.config import default_config  # noqa: E402
 from xlnet_jax.data import staging  # noqa: E402
 from xlnet_jax.data.manifest import load_manifest  # noqa: E402
 from xlnet_jax.data.streams import StreamBatcher  # noqa: E402
+from xlnet_jax.training import run_config  # noqa: E402
 
 SEQ_LEN, REUSE_LEN = 32, 16  # rows small enough for any range to hold one stream
 
@@ -46,6 +49,11 @@ def host_bytes(cache_root: str) -> dict[str, int]:
             kind = "cached" if os.path.basename(directory) == "cache" else kind
             sizes[kind] += os.path.getsize(os.path.join(directory, name))
     return sizes
+
+
+def default_ranges(processes: int) -> int:
+    """config.data_ranges of the default config in a run that starts on `processes`."""
+    return run_config.with_data_ranges(default_config(), None, processes).data_ranges
 
 
 def read_as_host(corpus: str, process: int, processes: int, data_ranges: int) -> None:
@@ -69,7 +77,7 @@ def read_as_host(corpus: str, process: int, processes: int, data_ranges: int) ->
 def host_share_rows(corpus_dir: str, processes: list[int]) -> list[dict]:
     """One row per P in `processes`: {"processes", "max_process_bytes" (staged + cached
     bytes of the host holding most), "corpus_bytes" (the corpus's files on storage),
-    "staged_bytes", "cached_bytes" (that host's split), "data_ranges"}."""
+    "staged_bytes", "cached_bytes" (that host's split), "data_ranges" (the default's R)}."""
     with contextlib.ExitStack() as stack:
         corpus = corpus_dir
         if not paths.is_remote(corpus_dir):
@@ -80,10 +88,9 @@ def host_share_rows(corpus_dir: str, processes: list[int]) -> list[dict]:
         manifest = load_manifest(corpus)
         corpus_bytes = sum(f["bytes"] for f in manifest.files.values())
         corpus_bytes += paths.as_path(manifest.tokenizer_path).stat().length
-        data_ranges = max(processes)
         rows = []
         for count in processes:
-            hosts = []
+            data_ranges, hosts = default_ranges(count), []
             for process in range(count):
                 root = stack.enter_context(tempfile.TemporaryDirectory(prefix="host-"))
                 with _cache_root(root):
@@ -143,13 +150,14 @@ def main() -> None:
             corpus = _prepare_builtin(tmp, args.repeat, args.shards)
         tokens = sum(split["tokens"] for split in load_manifest(corpus).splits.values())
         rows = host_share_rows(corpus, processes)
-    print(f"Corpus: {tokens:,} tokens; data_ranges={rows[0]['data_ranges']}.\n")
-    print("| hosts P | corpus bytes | most bytes on one host (staged + cached) | "
+    print(f"Corpus: {tokens:,} tokens; config.data_ranges: the default.\n")
+    print("| hosts P | data_ranges | corpus bytes | most bytes on one host (staged + cached) | "
           "bytes/token on that host | share of P=1 |")  # fmt: skip
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for row in rows:
         print(
-            f"| {row['processes']} | {row['corpus_bytes']:,} | {row['max_process_bytes']:,} "
+            f"| {row['processes']} | {row['data_ranges']} | {row['corpus_bytes']:,} | "
+            f"{row['max_process_bytes']:,} "
             f"({row['staged_bytes']:,} + {row['cached_bytes']:,}) | "
             f"{row['max_process_bytes'] / tokens:.2f} | "
             f"{row['max_process_bytes'] / rows[0]['max_process_bytes']:.3f} |"

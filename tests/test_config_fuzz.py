@@ -97,7 +97,10 @@ FIELDS = {
     "max_span": Entry(),
     "next_sentence_prob": Entry(valid=((0.0, "B is always a random sentence"),), invalid=(1.5,)),
     "corpus_dir": Entry(invalid=(_empty_dir, _a_file, "/nonexistent/corpus")),
-    "data_ranges": Entry(invalid=(3, 32)),  # must divide the 16 streams of a batch
+    "data_ranges": Entry(
+        valid=((0, "the process count when the run starts (the default)"),),
+        invalid=(3, 32),  # must divide the 16 streams of a batch
+    ),
     "batch_size": Entry(invalid=(12, 6)),  # must divide over 8 data shards
     "grad_accum_steps": Entry(invalid=(3,)),
     "num_train_steps": Entry(invalid=(29,)),  # below warmup_steps=30

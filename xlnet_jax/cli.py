@@ -326,7 +326,8 @@ def _define_prepare(fv: flags.FlagValues) -> None:
         "num_shards",
         64,
         "array_record shards per split (fewer for a split of fewer documents): "
-        "config.data_ranges reads a share of the corpus on each of up to this many hosts.",
+        "a run on up to this many hosts reads a share of the corpus on each "
+        "(config.data_ranges, by default the run's process count).",
         flag_values=fv,
     )
     flags.DEFINE_string(

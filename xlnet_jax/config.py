@@ -31,6 +31,24 @@ DEFAULT_AXIS_RULES = (
 # The device mesh's axes, outermost first; config.mesh_* sizes them.
 MESH_AXES = ("data", "fsdp", "tensor")
 
+# config.data_ranges' default: one range per process when the run starts (data_ranges()).
+AUTO_RANGES = 0
+
+
+def data_ranges(config: ml_collections.ConfigDict, process_count: int) -> int:
+    """The ranges a run that starts on `process_count` processes reads its splits in.
+
+    An explicit config.data_ranges; 1 for a config saved before the field existed; for
+    AUTO_RANGES the process count, so each host stages and caches 1/P of the corpus, or,
+    where P does not divide the batch's streams (only when the tensor axis spans hosts),
+    the largest number that divides both: each host then reads 1/R of it.
+    """
+    ranges = config.get("data_ranges", 1)
+    if ranges != AUTO_RANGES:
+        return ranges
+    streams = config.batch_size // 2 if config.bi_data else config.batch_size
+    return math.gcd(process_count, streams)
+
 
 def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
     """Resolves the (data, fsdp, tensor) sizes, filling a single -1 with the remaining devices."""
@@ -102,8 +120,11 @@ def default_config() -> ml_collections.ConfigDict:
     # --- Data ---
     c.corpus_dir = ""  # Output of `xlnet-jax prepare`; empty means WORKDIR/corpus (built-in).
     # Contiguous ranges of each split's shards, each a ring of its own streams; a host stages
-    # and caches only its rows' ranges. A multiple of the process count (1: read whole).
-    c.data_ranges = 1
+    # and caches only its rows' ranges: a multiple or divisor of the process count that
+    # divides the batch's streams (1: read whole), or AUTO_RANGES, the process count when
+    # the run starts (data_ranges()), recorded in the run's config.json so that a resume on
+    # another process count reads the same batches.
+    c.data_ranges = AUTO_RANGES
 
     # --- Optimisation (AdamW, linear warmup then linear decay) ---
     c.batch_size = 16  # Global batch (rows per step, all hosts together).

@@ -117,7 +117,8 @@ def prepare_corpus(
         "--direct_running_mode=multi_processing"]; [] is Beam's default runner). Needs
         the beam extra. None: this process and its tokenizer workers.
       num_shards: array_record shards per split (fewer for a split of fewer documents):
-        config.data_ranges reads a share of the corpus on each of up to this many hosts.
+        a run on up to this many hosts reads a share of the corpus on each
+        (config.data_ranges, by default the run's process count).
 
     Returns:
       The manifest written to out_dir/manifest.json.

@@ -260,9 +260,10 @@ def hosts_line(files: dict[str, dict]) -> str:
     counts = ", ".join(f"{n} {split}" for split, n in sorted(shards.items(), key=_train_first))
     hosts = shards.get("train", 1)
     return (
-        f"Shards: {counts}. With config.data_ranges up to {hosts}, each host stages and "
-        f"caches only its share of the train split: up to {hosts} host(s); a split of "
-        "fewer shards than ranges is read whole (--num_shards sets the shards a split)."
+        f"Shards: {counts}. A run on up to {hosts} host(s) stages and caches only each "
+        "host's share of the train split (config.data_ranges, by default the process "
+        "count); a split of fewer shards than ranges is read whole (--num_shards sets the "
+        "shards a split)."
     )
 
 

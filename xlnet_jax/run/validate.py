@@ -10,7 +10,7 @@ import math
 
 import ml_collections
 
-from xlnet_jax.config import ModelConfig, mesh_shape
+from xlnet_jax.config import AUTO_RANGES, ModelConfig, mesh_shape
 from xlnet_jax.data.tokenizer import SPECIAL_IDS
 from xlnet_jax.errors import ConfigError, MeshError
 from xlnet_jax.model.xlnet import validate_model_config
@@ -96,10 +96,10 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
     streams = c.batch_size // 2 if c.bi_data else c.batch_size
     ranges = c.get("data_ranges", 1)  # a config saved before the field reads the split whole
     _check(
-        ranges >= 1 and streams % ranges == 0,
+        ranges == AUTO_RANGES or (ranges >= 1 and streams % ranges == 0),
         "data_ranges",
-        f"must be >= 1 and divide the {streams} streams of a batch (batch_size"
-        + (", halved with bi_data)" if c.bi_data else ")"),
+        f"must be {AUTO_RANGES} (the process count) or >= 1 and divide the {streams} streams "
+        "of a batch (batch_size" + (", halved with bi_data)" if c.bi_data else ")"),
         ranges,
         range_advice(streams, ranges),
     )

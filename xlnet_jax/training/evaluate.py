@@ -104,6 +104,8 @@ def evaluate_run(
     "scored" (what was scored), "corpus", "recorded" (whether metrics.jsonl got it) and
     unigram_baselines'.
     """
+    # The run's recorded data_ranges, or (for params alone) this process count's.
+    config = run_config.with_data_ranges(config, workdir, jax.process_count())
     if workdir is not None and init_from is None:
         if run_config.newest_step(workdir) is None:
             raise CheckpointError(f"{workdir} has no checkpoint to evaluate; train first.")

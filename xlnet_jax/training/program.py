@@ -19,7 +19,7 @@ import optax
 from jax.sharding import Mesh
 
 from xlnet_jax.checkpoint.train_state import TrainState
-from xlnet_jax.config import ModelConfig
+from xlnet_jax.config import ModelConfig, data_ranges
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.model.xlnet import XLNetLM
@@ -172,7 +172,8 @@ class Program:
             seed=config.seed,
             next_sentence_prob=config.next_sentence_prob,
             num_data_shards=sharding.num_data_shards(self.mesh),
-            data_ranges=config.get("data_ranges", 1),  # 1 in configs saved before the field
+            # train and eval resolve it first (run_config.with_data_ranges)
+            data_ranges=data_ranges(config, jax.process_count()),
             process_index=jax.process_index(),
             process_count=jax.process_count(),
         )

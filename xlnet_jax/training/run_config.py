@@ -15,6 +15,7 @@ import ml_collections
 
 from xlnet_jax import paths
 from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
+from xlnet_jax.config import AUTO_RANGES, data_ranges
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.training import optim, run_versions
 
@@ -90,6 +91,28 @@ def newest_step(workdir: str) -> int | None:
         ]
 
     return max(paths.retry(finished, f"listing {directory}"), default=None)
+
+
+def with_data_ranges(
+    config: ml_collections.ConfigDict, workdir: str | None, process_count: int
+) -> ml_collections.ConfigDict:
+    """`config` with data_ranges a number of ranges, before the run saves its config.
+
+    An explicit data_ranges stays. AUTO_RANGES becomes the number that `workdir`'s run
+    recorded in its config.json once it has a checkpoint (1 if saved before the field), so
+    a resume on another process count reads the same batches; for a run that starts now,
+    the ranges of `process_count` processes (xlnet_jax.config.data_ranges).
+    """
+    if config.get("data_ranges", 1) != AUTO_RANGES:
+        return config
+    saved = load(workdir) if workdir and newest_step(workdir) is not None else None
+    if saved is not None:
+        ranges = saved.get("data_ranges", 1)
+    else:
+        ranges = data_ranges(config, process_count)
+    resolved = config.copy_and_resolve_references()
+    resolved.data_ranges = ranges
+    return resolved
 
 
 def _plain(config: ml_collections.ConfigDict) -> dict:

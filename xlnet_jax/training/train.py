@@ -23,6 +23,7 @@ from xlnet_jax import paths
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.checkpoint.train_state import TrainState
+from xlnet_jax.config import AUTO_RANGES
 from xlnet_jax.data.manifest import Manifest
 from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.hardware import chips
@@ -211,10 +212,12 @@ class RunPlan:
     """What the checks before compiling found: the corpus and the params to start from.
 
     Attributes:
+      config: the run's config, data_ranges resolved (run_config.with_data_ranges).
       manifest, fingerprint: the corpus the config names, checked against it.
       source: the params a new run starts from (--init_from), or None.
     """
 
+    config: ml_collections.ConfigDict
     manifest: Manifest
     fingerprint: str
     source: Source | None
@@ -230,12 +233,16 @@ def plan_run(
 ) -> RunPlan:
     """Every check that needs no compiling (`train --dry_run` runs only these).
 
-    A resumed run's config may differ from the one saved in WORKDIR/config.json only as
+    config.data_ranges is resolved first (the process count for a new run, the recorded
+    number for a resumed one), so the checks and the saved config see the number. A
+    resumed run's config may differ from the one saved in WORKDIR/config.json only as
     run_config.check_rerun allows (schedule fields with change_schedule), and its package
     versions from those recorded there only with allow_version_change; the config and
     corpus pass preflight.check_run_from, with a new run's --init_from source, in one round.
     """
     run_config.check_versions(workdir, allow_change=allow_version_change)
+    auto_ranges = config.get("data_ranges", 1) == AUTO_RANGES
+    config = run_config.with_data_ranges(config, workdir, jax.process_count())
     step = run_config.newest_step(workdir)
     saved = run_config.load(workdir)
     if step is not None and saved is not None:
@@ -248,7 +255,26 @@ def plan_run(
     manifest, fingerprint, source = check_run_from(
         config, jax.device_count(), evaluates=config.eval_every > 0, init_from=init_from
     )
-    return RunPlan(manifest, fingerprint, source)
+    if auto_ranges:  # after the checks: an error stays the command's one line
+        resumed = step is not None and saved is not None  # as with_data_ranges decides
+        _log_ranges(config.data_ranges, jax.process_count(), resumed=resumed)
+    return RunPlan(config, manifest, fingerprint, source)
+
+
+def _log_ranges(ranges: int, process_count: int, *, resumed: bool) -> None:
+    """Says which data_ranges the default gave the run, and why."""
+    if resumed:
+        log.info("config.data_ranges: %d, as the run recorded it.", ranges)
+    elif ranges == process_count:
+        log.info("config.data_ranges: %d, the process count (recorded for resumes).", ranges)
+    else:
+        log.warning(
+            "config.data_ranges: %d, not the process count %d, which does not divide the "
+            "batch's streams: each process stages and caches 1/%d of the corpus.",
+            ranges,
+            process_count,
+            ranges,
+        )
 
 
 def train_and_evaluate(
@@ -274,6 +300,7 @@ def train_and_evaluate(
         init_from=init_from,
         allow_version_change=allow_version_change,
     )
+    config = plan.config
     profiler = StepProfiler(profile_steps, workdir)
     mesh = sharding.make_mesh(config)
     with sharding.activate(mesh, config.logical_axis_rules):
