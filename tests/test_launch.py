@@ -144,11 +144,12 @@ def test_train_dry_run(capsys):
 def test_status_logs_stop_delete_dry_run(capsys):
     assert printed(capsys, "status", *TPU) == [
         [*GCLOUD, "describe", "xlnet-v3", *WHERE],
-        [*SSH, f'{RUNNING}if running; then echo "$(hostname): training (pid $pid)"\n'
-         'else echo "$(hostname): not training"\n'
+        [*SSH, f"{RUNNING}if running; then\n"
+         '  echo "$(hostname): training (pid $pid)"\n'
+         "else\n"
+         '  echo "$(hostname): not training"\n'
          "fi\n"
-         "tail -n 1 ~/xlnet-jax-logs/train-$(hostname).log 2>/dev/null\n"
-         "true"],
+         "tail -n 1 ~/xlnet-jax-logs/train-$(hostname).log 2>/dev/null || true"],
     ]  # fmt: skip
     assert printed(capsys, "logs", *TPU, "--worker", "3", "--lines", "50", "--follow") == [
         [*GCLOUD, "ssh", "xlnet-v3", *WHERE, "--worker=3", "--command",

@@ -135,9 +135,12 @@ def outcome() -> str:
     """Prints `running`, `exit N` (the trainer's code) or `absent` (never started or lost)."""
     return _lines(
         _RUNNING,
-        "if running; then echo running",
-        f'elif [ -f {EXIT_FILE} ]; then echo "exit $(cat {EXIT_FILE})"',
-        "else echo absent",
+        "if running; then",
+        "  echo running",
+        f"elif [ -f {EXIT_FILE} ]; then",
+        f'  echo "exit $(cat {EXIT_FILE})"',
+        "else",
+        "  echo absent",
         "fi",
     )
 
@@ -146,11 +149,12 @@ def status() -> str:
     """Prints whether the worker is training, then the last line of its log."""
     return _lines(
         _RUNNING,
-        'if running; then echo "$(hostname): training (pid $pid)"',
-        'else echo "$(hostname): not training"',
+        "if running; then",
+        '  echo "$(hostname): training (pid $pid)"',
+        "else",
+        '  echo "$(hostname): not training"',
         "fi",
-        f"tail -n 1 {LOG_FILE} 2>/dev/null",
-        "true",
+        f"tail -n 1 {LOG_FILE} 2>/dev/null || true",
     )
 
 
