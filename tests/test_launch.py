@@ -1,9 +1,10 @@
 """The launcher: exact dry-run commands, inert hostile values, and the local backend.
 
-No gcloud here: TPU subcommands are checked through --dry-run, and their worker scripts
-by running the printed lines in bash against a stand-in `gcloud` (which runs the ssh
-script in a fake worker home) and a stand-in `xlnet-jax`. The local backend runs a small
-stand-in train program that checks its flags.
+No gcloud here: TPU subcommands are checked through --dry-run, whose printed commands bash
+reads back into argvs (tests/launch_printed.py), and their worker scripts by running the
+printed lines in bash against a stand-in `gcloud` (which runs the ssh script in a fake
+worker home) and a stand-in `xlnet-jax`. The local backend runs a small stand-in train
+program that checks its flags.
 """
 
 import json
@@ -20,17 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from xlnet_jax.launch import commands, local, pod
+from tests.launch_printed import read_back
+from xlnet_jax.launch import commands, local, pod, shell
 
 pytestmark = pytest.mark.usefixtures("committed_tree")
 REPO = Path(__file__).resolve().parents[1]
 TPU = ["--name", "xlnet-v3", "--zone", "europe-west4-a", "--project", "my-project"]
-SSH = (
-    "gcloud compute tpus tpu-vm ssh xlnet-v3 --zone=europe-west4-a --project=my-project "
-    "--worker=all --command "
-)
+GCLOUD = ["gcloud", "compute", "tpus", "tpu-vm"]
+WHERE = ["--zone=europe-west4-a", "--project=my-project"]
+SSH = [*GCLOUD, "ssh", "xlnet-v3", *WHERE, "--worker=all", "--command"]
 RUNNING = (
-    'pid=$(cat ~/xlnet-jax-logs/train.pid 2>/dev/null) && grep -qs xlnet-jax "/proc/$pid/cmdline"'
+    'running() { pid=$(cat ~/xlnet-jax-logs/train.pid 2>/dev/null) && grep -qs xlnet-jax '
+    '"/proc/$pid/cmdline"; }\n'
 )
 # Shell syntax that, if it ever ran, would leave PWNED* files (and nothing worse).
 HOSTILE = "a b'c\"d; touch PWNED1 $(touch PWNED2) `touch PWNED3` $HOME ~\nx & touch PWNED4 > w"
@@ -40,6 +42,11 @@ def dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     """Stdout of `xlnet-jax launch ARGV --dry-run`, which must succeed."""
     assert pod.main([*argv, "--dry-run"]) == 0
     return capsys.readouterr().out
+
+
+def printed(capsys: pytest.CaptureFixture[str], *argv: str) -> list[list[str]]:
+    """The commands `xlnet-jax launch ARGV --dry-run` prints, as bash reads them."""
+    return read_back(dry_run(capsys, *argv))
 
 
 def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -54,105 +61,167 @@ def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 def test_create_dry_run(capsys):
-    out = dry_run(capsys, "create", *TPU, "--accelerator-type", "v3-32", "--spot")
-    assert out == (
-        "gcloud compute tpus tpu-vm create xlnet-v3 --zone=europe-west4-a --project=my-project "
-        "--accelerator-type=v3-32 --version=tpu-ubuntu2204-base --spot\n"
-    )
-    out = dry_run(capsys, "create", *TPU, "--accelerator-type", "v3-32", "--queued")
-    assert out == (
-        "gcloud compute tpus queued-resources create xlnet-v3 --node-id=xlnet-v3 "
-        "--zone=europe-west4-a --project=my-project --accelerator-type=v3-32 "
-        "--runtime-version=tpu-ubuntu2204-base\n"
-    )
+    assert printed(capsys, "create", *TPU, "--accelerator-type", "v3-32", "--spot") == [
+        [*GCLOUD, "create", "xlnet-v3", *WHERE, "--accelerator-type=v3-32",
+         "--version=tpu-ubuntu2204-base", "--spot"],
+    ]  # fmt: skip
+    assert printed(capsys, "create", *TPU, "--accelerator-type", "v3-32", "--queued") == [
+        ["gcloud", "compute", "tpus", "queued-resources", "create", "xlnet-v3",
+         "--node-id=xlnet-v3", *WHERE, "--accelerator-type=v3-32",
+         "--runtime-version=tpu-ubuntu2204-base"],
+    ]  # fmt: skip
 
 
-INSTALL_PYTHON = (
-    "if ! command -v python3.11 >/dev/null; then sudo apt-get update -qq && "
-    "sudo apt-get install -y -qq python3.11 python3.11-venv || exit 1; fi; "
-)
-INSTALL_PROJECT = (
-    "if [ ! -x ~/xlnet-jax-venv/bin/python3.11 ]; then rm -rf ~/xlnet-jax-venv; python3.11 -m "
-    "venv ~/xlnet-jax-venv || exit 1; fi; cd ~/xlnet-jax || exit 1; if [ ! -f "
-    'scripts/constraints/py311.txt ]; then echo "$(hostname)": no pinned versions for '
-    "python3.11, no scripts/constraints/py311.txt: pass another --python >&2; exit 1; fi; "
-    "~/xlnet-jax-venv/bin/pip install -q pip==26.3 && ~/xlnet-jax-venv/bin/pip install -q "
-    "-c scripts/constraints/py311.txt -e '\"'\"'.[tpu]'\"'\"''\n"
-)
+INSTALL_PYTHON = """\
+if ! command -v python3.11 >/dev/null; then
+  sudo apt-get update -qq && sudo apt-get install -y -qq python3.11 python3.11-venv || exit 1
+fi
+"""
+INSTALL_PROJECT = """
+if [ ! -x ~/xlnet-jax-venv/bin/python3.11 ]; then
+  rm -rf ~/xlnet-jax-venv
+  python3.11 -m venv ~/xlnet-jax-venv || exit 1
+fi
+cd ~/xlnet-jax || exit 1
+if [ ! -f scripts/constraints/py311.txt ]; then
+  echo "$(hostname)": no pinned versions for python3.11, no scripts/constraints/py311.txt: \
+pass another --python >&2
+  exit 1
+fi
+~/xlnet-jax-venv/bin/pip install -q pip==26.3 || exit 1
+~/xlnet-jax-venv/bin/pip install -q -c scripts/constraints/py311.txt -e ".[tpu]\""""
 
 
 def test_setup_dry_run(capsys):
-    out = dry_run(capsys, "setup", *TPU)
-    assert out == (
-        "git -C . archive --format=tar.gz --output=/tmp/xlnet-jax-src.tar.gz HEAD\n"
-        "gcloud compute tpus tpu-vm scp /tmp/xlnet-jax-src.tar.gz xlnet-v3:xlnet-jax-src.tar.gz "
-        "--zone=europe-west4-a --project=my-project --worker=all\n"
-        f"{SSH}'{INSTALL_PYTHON}"
-        "rm -rf ~/xlnet-jax && mkdir -p ~/xlnet-jax && tar -xzf xlnet-jax-src.tar.gz "
-        f"-C ~/xlnet-jax || exit 1; {INSTALL_PROJECT}"
-    )
-    out = dry_run(capsys, "setup", *TPU, "--repo", "https://github.com/me/xlnet-jax", "--ref", "v1")
-    assert out == (
-        f"{SSH}'{INSTALL_PYTHON}"
-        "rm -rf ~/xlnet-jax && git clone -q -- https://github.com/me/xlnet-jax ~/xlnet-jax && "
-        f"git -C ~/xlnet-jax checkout -q v1 -- || exit 1; {INSTALL_PROJECT}"
-    )
+    assert printed(capsys, "setup", *TPU) == [
+        ["git", "-C", ".", "archive", "--format=tar.gz", "--output=/tmp/xlnet-jax-src.tar.gz",
+         "HEAD"],
+        [*GCLOUD, "scp", "/tmp/xlnet-jax-src.tar.gz", "xlnet-v3:xlnet-jax-src.tar.gz", *WHERE,
+         "--worker=all"],
+        [*SSH, f"{INSTALL_PYTHON}rm -rf ~/xlnet-jax && mkdir -p ~/xlnet-jax && "
+         f"tar -xzf xlnet-jax-src.tar.gz -C ~/xlnet-jax || exit 1{INSTALL_PROJECT}"],
+    ]  # fmt: skip
+    repo = ["--repo", "https://github.com/me/xlnet-jax", "--ref", "v1"]
+    assert printed(capsys, "setup", *TPU, *repo) == [
+        [*SSH, f"{INSTALL_PYTHON}rm -rf ~/xlnet-jax && git clone -q -- "
+         "https://github.com/me/xlnet-jax ~/xlnet-jax && git -C ~/xlnet-jax checkout -q v1 -- "
+         f"|| exit 1{INSTALL_PROJECT}"],
+    ]  # fmt: skip
 
 
 def test_train_dry_run(capsys):
-    out = dry_run(
-        capsys,
-        "train",
-        *TPU,
-        "--config",
-        "configs/base.py",
-        "--workdir",
-        "gs://my-bucket/xlnet-base",
-        "--config.num_train_steps=100000",
-    )
+    argv = ["--config", "configs/base.py", "--workdir", "gs://my-bucket/xlnet-base",
+            "--config.num_train_steps=100000"]  # fmt: skip
     wrapper = (
-        "trap 'kill -TERM $c' TERM; ~/xlnet-jax-venv/bin/xlnet-jax train --distributed "
-        "--config=configs/base.py --workdir=gs://my-bucket/xlnet-base "
-        "--config.num_train_steps=100000 & c=$!; wait $c; s=$?; "
-        "while kill -0 $c 2>/dev/null; do wait $c; s=$?; done; "
+        'trap "kill -TERM \\$c" TERM\n'
+        '"$@" & c=$!\n'
+        "wait $c; s=$?\n"
+        "while kill -0 $c 2>/dev/null; do wait $c; s=$?; done\n"
         "echo $s > ~/xlnet-jax-logs/train.exit"
     )
     script = (
-        "mkdir -p ~/xlnet-jax-logs || exit 1; "
-        f'if {RUNNING}; then echo "$(hostname): already training (pid $pid); stop it first" >&2; '
-        "exit 1; fi; cd ~/xlnet-jax || exit 1; rm -f ~/xlnet-jax-logs/train.exit; "
-        f"nohup bash -c {shlex.quote(wrapper)} > ~/xlnet-jax-logs/train-$(hostname).log 2>&1 "
-        "< /dev/null & echo $! > ~/xlnet-jax-logs/train.pid; "
+        "mkdir -p ~/xlnet-jax-logs || exit 1\n"
+        f"{RUNNING}"
+        "if running; then\n"
+        '  echo "$(hostname): already training (pid $pid); stop it first" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        "cd ~/xlnet-jax || exit 1\n"
+        "rm -f ~/xlnet-jax-logs/train.exit\n"
+        f"nohup bash -c {shlex.quote(wrapper)} xlnet-jax \\\n"
+        "  ~/xlnet-jax-venv/bin/xlnet-jax train \\\n"
+        "  --distributed \\\n"
+        "  --config=configs/base.py \\\n"
+        "  --workdir=gs://my-bucket/xlnet-base \\\n"
+        "  --config.num_train_steps=100000 \\\n"
+        "  > ~/xlnet-jax-logs/train-$(hostname).log 2>&1 < /dev/null &\n"
+        "echo $! > ~/xlnet-jax-logs/train.pid\n"
         'echo "$(hostname): training (pid $!), log ~/xlnet-jax-logs/train-$(hostname).log"'
     )
-    assert out == f"{SSH}{shlex.quote(script)}\n"
+    assert printed(capsys, "train", *TPU, *argv) == [[*SSH, script]]
 
 
 def test_status_logs_stop_delete_dry_run(capsys):
-    assert dry_run(capsys, "status", *TPU) == (
-        "gcloud compute tpus tpu-vm describe xlnet-v3 --zone=europe-west4-a --project=my-project\n"
-        f'{SSH}\'if {RUNNING}; then echo "$(hostname): training (pid $pid)"; '
-        'else echo "$(hostname): not training"; fi; '
-        "tail -n 1 ~/xlnet-jax-logs/train-$(hostname).log 2>/dev/null; true'\n"
+    assert printed(capsys, "status", *TPU) == [
+        [*GCLOUD, "describe", "xlnet-v3", *WHERE],
+        [*SSH, f"{RUNNING}if running; then\n"
+         '  echo "$(hostname): training (pid $pid)"\n'
+         "else\n"
+         '  echo "$(hostname): not training"\n'
+         "fi\n"
+         "tail -n 1 ~/xlnet-jax-logs/train-$(hostname).log 2>/dev/null || true"],
+    ]  # fmt: skip
+    assert printed(capsys, "logs", *TPU, "--worker", "3", "--lines", "50", "--follow") == [
+        [*GCLOUD, "ssh", "xlnet-v3", *WHERE, "--worker=3", "--command",
+         "tail -n 50 -F ~/xlnet-jax-logs/train-$(hostname).log"],
+    ]  # fmt: skip
+    assert printed(capsys, "stop", *TPU, "--grace", "120") == [
+        [*SSH, f"{RUNNING}if ! running; then\n"
+         '  echo "$(hostname): not training"\n'
+         "  exit 0\n"
+         "fi\n"
+         'kill -TERM "$pid"\n'
+         "for _ in $(seq 120); do running || break; sleep 1; done\n"
+         "if running; then\n"
+         '  kill -KILL "$pid"\n'
+         '  echo "$(hostname): killed pid $pid"\n'
+         "else\n"
+         '  echo "$(hostname): stopped pid $pid"\n'
+         "fi"],
+    ]  # fmt: skip
+    assert printed(capsys, "delete", *TPU) == [[*GCLOUD, "delete", "xlnet-v3", *WHERE]]
+    assert printed(capsys, "delete", *TPU, "--queued", "--yes") == [
+        ["gcloud", "compute", "tpus", "queued-resources", "delete", "xlnet-v3", *WHERE,
+         "--force", "--quiet"],
+    ]  # fmt: skip
+
+
+# --- What is printed is what runs, and reads as shell -----------------------------------
+
+SUBCOMMANDS = [
+    ["create", *TPU, "--accelerator-type", "v5litepod-64", "--spot", "--labels", "run=a"],
+    ["setup", *TPU],
+    ["setup", *TPU, "--source", HOSTILE, "--tarball", f"/tmp/{HOSTILE}", "--queued"],
+    ["setup", *TPU, "--repo", HOSTILE, "--ref", HOSTILE],
+    ["train", *TPU, "--config", HOSTILE, "--workdir", HOSTILE, f"--config.a={HOSTILE}"],
+    ["status", *TPU],
+    ["logs", *TPU, "--worker", "all", "--follow"],
+    ["stop", *TPU, "--queued"],
+    ["delete", *TPU, "--queued", "--yes"],
+]
+
+
+@pytest.mark.parametrize("argv", SUBCOMMANDS, ids=[argv[0] for argv in SUBCOMMANDS])
+def test_what_a_dry_run_prints_is_what_runs(capsys, argv):
+    """bash reads the printed lines back as exactly the argvs the launcher executes."""
+    args = pod._parse([*argv, "--dry-run"])
+    assert printed(capsys, *argv) == pod._TPU_SUBCOMMANDS[args.command](args)
+
+
+def test_run_prints_the_commands_of_its_first_attempt(capsys):
+    argv = ["run", *TPU, "--accelerator-type", "v3-32", "--config", "c.py",
+            "--workdir", "gs://b/w"]  # fmt: skip
+    args = pod._parse(argv)
+    capsys.readouterr()
+    want = [*pod._create(args), *pod._setup(args), *pod._train(args)]
+    assert printed(capsys, *argv) == want
+
+
+def test_a_long_command_prints_one_option_per_line_and_a_short_one_on_one():
+    create = [*GCLOUD, "create", "xl", "--zone=z", "--accelerator-type=v3-32", "--spot"]
+    assert shell.command(create) == (
+        "gcloud compute tpus tpu-vm create xl --zone=z --accelerator-type=v3-32 --spot"
     )
-    assert dry_run(capsys, "logs", *TPU, "--worker", "3", "--lines", "50", "--follow") == (
-        "gcloud compute tpus tpu-vm ssh xlnet-v3 --zone=europe-west4-a --project=my-project "
-        "--worker=3 --command 'tail -n 50 -F ~/xlnet-jax-logs/train-$(hostname).log'\n"
+    create.append("--service-account=trainer@my-project.iam.gserviceaccount.com")
+    assert shell.command(create) == (
+        "gcloud compute tpus tpu-vm create xl \\\n"
+        "    --zone=z \\\n"
+        "    --accelerator-type=v3-32 \\\n"
+        "    --spot \\\n"
+        "    --service-account=trainer@my-project.iam.gserviceaccount.com"
     )
-    assert dry_run(capsys, "stop", *TPU, "--grace", "120") == (
-        f'{SSH}\'if {RUNNING}; then kill -TERM "$pid"; '
-        f"for _ in $(seq 120); do {RUNNING} || break; sleep 1; done; "
-        f'if {RUNNING}; then kill -KILL "$pid"; echo "$(hostname): killed pid $pid"; '
-        'else echo "$(hostname): stopped pid $pid"; fi; '
-        'else echo "$(hostname): not training"; fi\'\n'
-    )
-    assert dry_run(capsys, "delete", *TPU) == (
-        "gcloud compute tpus tpu-vm delete xlnet-v3 --zone=europe-west4-a --project=my-project\n"
-    )
-    assert dry_run(capsys, "delete", *TPU, "--queued", "--yes") == (
-        "gcloud compute tpus queued-resources delete xlnet-v3 --zone=europe-west4-a "
-        "--project=my-project --force --quiet\n"
-    )
+    ssh = ["gcloud", "ssh", "xl", "--command", "a\nb"]  # short, but a value holds a newline
+    assert shell.command(ssh) == "gcloud ssh xl \\\n    --command 'a\nb'"
 
 
 def test_module_entry_point():
@@ -177,36 +246,36 @@ def test_module_entry_point():
 # --- Hostile values stay inert ------------------------------------------------------------
 
 
-def remote_argv(printed: str) -> list[str]:
-    """The worker-side words of the one ssh command in `printed`, split as a shell would."""
-    local_argv = shlex.split(printed)
-    assert local_argv[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"]
-    return shlex.split(local_argv[local_argv.index("--command") + 1])
+def worker_words(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
+    """The words of the worker script of the one ssh command printed, split as a shell would
+    (its line continuations joined)."""
+    ((*local_argv, script),) = printed(capsys, *argv)
+    assert local_argv[:5] == [*GCLOUD, "ssh"] and local_argv[-1] == "--command"
+    return shlex.split(script.replace("\\\n", " "))
 
 
 def test_hostile_train_values_are_single_arguments(capsys):
     override = f"--config.corpus_dir={HOSTILE}"
-    out = dry_run(
+    words = worker_words(
         capsys, "train", *TPU, "--config", f"configs/{HOSTILE}.py", "--workdir", HOSTILE, override
     )
-    script = remote_argv(out)
-    words = shlex.split(script[script.index("-c") + 1])  # the wrapper that runs the trainer
-    assert f"--workdir={HOSTILE}" in words
-    assert f"--config=configs/{HOSTILE}.py" in words
-    assert override in words
-    assert words.index(override) == words.index(f"--workdir={HOSTILE}") + 1
+    start = words.index("~/xlnet-jax-venv/bin/xlnet-jax") + 1  # the trainer's argv
+    assert words[start : words.index(">", start)] == [
+        "train", "--distributed", f"--config=configs/{HOSTILE}.py", f"--workdir={HOSTILE}",
+        override,
+    ]  # fmt: skip
 
 
 def test_hostile_setup_values_are_single_arguments(capsys):
-    out = dry_run(capsys, "setup", *TPU, "--repo", HOSTILE, "--ref", HOSTILE)
-    words = remote_argv(out)
+    words = worker_words(capsys, "setup", *TPU, "--repo", HOSTILE, "--ref", HOSTILE)
     assert words[words.index("clone") + 3] == HOSTILE
     assert words[words.index("checkout") + 2] == HOSTILE
-    out = dry_run(capsys, "setup", *TPU, "--source", HOSTILE, "--tarball", f"/tmp/{HOSTILE}")
-    archive, scp, _ = out.split("\ngcloud ")
-    assert shlex.split(archive)[2] == HOSTILE
-    assert shlex.split(archive)[5] == f"--output=/tmp/{HOSTILE}"
-    assert shlex.split(scp)[4] == f"/tmp/{HOSTILE}"
+    archive, scp, _ = printed(
+        capsys, "setup", *TPU, "--source", HOSTILE, "--tarball", f"/tmp/{HOSTILE}"
+    )
+    assert archive[2] == HOSTILE
+    assert archive[5] == f"--output=/tmp/{HOSTILE}"
+    assert scp[5] == f"/tmp/{HOSTILE}"
 
 
 def test_hostile_values_survive_two_real_shells(tmp_path, capsys):
@@ -450,11 +519,11 @@ def test_local_kills_a_process_that_ignores_sigterm(tmp_path, capsys, fake_train
 def test_local_dry_run_picks_one_free_port_and_keeps_override_order(capsys):
     argv = "train --config.a=x_y --backend local --num-processes 3 --config c.py --config.b=1"
     out = dry_run(capsys, *argv.split(), "--config.a=2 3", "--workdir", "w", "--config.a=4")
-    lines = [shlex.split(line) for line in out.splitlines()]
-    assert len(lines) == 3
-    port = lines[0][4].removeprefix("--coordinator_address=127.0.0.1:")
+    argvs = read_back(out, programs=[sys.executable])
+    assert len(argvs) == 3
+    port = argvs[0][4].removeprefix("--coordinator_address=127.0.0.1:")
     assert 0 < int(port) < 65536
-    for i, words in enumerate(lines):
+    for i, words in enumerate(argvs):
         assert words == [
             sys.executable, "-m", "xlnet_jax.cli", "train",
             f"--coordinator_address=127.0.0.1:{port}", "--num_processes=3", f"--process_id={i}",

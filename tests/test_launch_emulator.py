@@ -1,11 +1,16 @@
 """`xlnet-jax launch emulator`: the export lines it prints send a fresh process's gcsfs and
-tensorstore clients to it, and SIGTERM stops it with exit code 0."""
+tensorstore clients to it, and SIGTERM stops it with exit code 0. The rehearsal's first
+step, `prepare --out gs://`, names the bucket's corpus as its result."""
 
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 
+from tests import gcs_emulator
+from tests.test_data_common import write_documents
+from xlnet_jax import cli
 from xlnet_jax.launch import emulator, local
 
 PROBE = """
@@ -72,3 +77,20 @@ def test_a_bad_bucket_name_is_one_line():
         "xlnet-jax launch emulator: error: the emulator refused bucket 'B' (HTTP 400); a bucket "
         "name has 3-63 lowercase letters, digits, '-', '_' or '.'"
     ]
+
+
+def test_prepare_into_the_bucket_prints_the_bucket_as_its_result(tmp_path, capsys):
+    """docs/rehearse-pod.md's `prepare --out gs://`, in one process: the closing line names the
+    gs:// corpus, and no local temporary path is printed as if it were the result (issue 38,
+    item 6); the corpus is in the bucket, manifest.json included."""
+    text = str(tmp_path / "text.txt")
+    write_documents(text, [[f"Sentence {i} of a short document."] for i in range(20)])
+    out = "gs://xlnet-rehearsal/corpus"
+    with gcs_emulator.running("xlnet-rehearsal") as url, gcs_emulator.pointed_at(url):
+        argv = ["prepare", "--out", out, text, "--vocab_size", "36", "--num_shards", "2"]
+        assert cli.main(argv) == 0
+        names = gcs_emulator.list_objects(url, "xlnet-rehearsal", "corpus/")
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith(f"Prepared {out}: ")
+    assert tempfile.gettempdir() not in err  # neither a scratch folder nor the input
+    assert "corpus/manifest.json" in names and "corpus/spm.model" in names

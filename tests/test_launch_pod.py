@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.launch_printed import read_back
 from xlnet_jax.errors import STORAGE_EXIT_CODE
 from xlnet_jax.launch import commands, job, pod, remote
 from xlnet_jax.launch.pod import _parse
@@ -16,9 +17,10 @@ pytestmark = pytest.mark.usefixtures("committed_tree")
 WHERE = ["--name", "xl", "--zone", "europe-west4-a"]
 
 
-def dry_run(capsys, *argv: str) -> str:
+def dry_run(capsys, *argv: str) -> list[list[str]]:
+    """The commands `launch ARGV --dry-run` prints, as bash reads them."""
     assert pod.main([*argv, "--dry-run"]) == 0
-    return capsys.readouterr().out
+    return read_back(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize(
@@ -35,17 +37,17 @@ def dry_run(capsys, *argv: str) -> str:
 )
 def test_create_picks_the_software_version_of_the_generation(capsys, accelerator, version):
     out = dry_run(capsys, "create", *WHERE, "--accelerator-type", accelerator)
-    assert out == (
-        f"gcloud compute tpus tpu-vm create xl --zone=europe-west4-a "
-        f"--accelerator-type={accelerator} --version={version}\n"
-    )
+    assert out == [
+        ["gcloud", "compute", "tpus", "tpu-vm", "create", "xl", "--zone=europe-west4-a",
+         f"--accelerator-type={accelerator}", f"--version={version}"],
+    ]  # fmt: skip
 
 
 def test_the_version_is_overridable_and_an_unknown_generation_asks_for_it(capsys):
     out = dry_run(
         capsys, "create", *WHERE, "--accelerator-type", "v5p-8", "--runtime-version", "my-image"
     )
-    assert out.endswith("--version=my-image\n")
+    assert out[0][-1] == "--version=my-image"
     assert pod.main(["create", *WHERE, "--accelerator-type", "v9x-8", "--dry-run"]) == 2
     assert "pass --runtime-version" in capsys.readouterr().err
 
@@ -56,21 +58,22 @@ def test_create_flags_and_multislice(capsys):
         "--service-account", "trainer@proj.iam.gserviceaccount.com", "--scopes", "cloud-platform",
         "--network", "net", "--subnetwork", "sub", "--internal-ips", "--labels", "team=nlp,run=a",
     )  # fmt: skip
-    assert out == (
-        "gcloud compute tpus tpu-vm create xl --zone=europe-west4-a "
-        "--accelerator-type=v5litepod-16 --version=v2-alpha-tpuv5-lite "
-        "--service-account=trainer@proj.iam.gserviceaccount.com --scopes=cloud-platform "
-        "--network=net --subnetwork=sub --labels=team=nlp,run=a --internal-ips --reserved --spot\n"
-    )
+    assert out == [
+        ["gcloud", "compute", "tpus", "tpu-vm", "create", "xl", "--zone=europe-west4-a",
+         "--accelerator-type=v5litepod-16", "--version=v2-alpha-tpuv5-lite",
+         "--service-account=trainer@proj.iam.gserviceaccount.com", "--scopes=cloud-platform",
+         "--network=net", "--subnetwork=sub", "--labels=team=nlp,run=a", "--internal-ips",
+         "--reserved", "--spot"],
+    ]  # fmt: skip
     out = dry_run(
         capsys, "create", *WHERE, "--accelerator-type", "v5p-64", "--queued", "--node-count",
         "2", "--node-prefix", "xl-slice", "--spot",
     )  # fmt: skip
-    assert out == (
-        "gcloud compute tpus queued-resources create xl --node-count=2 --node-prefix=xl-slice "
-        "--zone=europe-west4-a --accelerator-type=v5p-64 --runtime-version=v2-alpha-tpuv5 "
-        "--spot\n"
-    )
+    assert out == [
+        ["gcloud", "compute", "tpus", "queued-resources", "create", "xl", "--node-count=2",
+         "--node-prefix=xl-slice", "--zone=europe-west4-a", "--accelerator-type=v5p-64",
+         "--runtime-version=v2-alpha-tpuv5", "--spot"],
+    ]  # fmt: skip
     assert pod.main(["create", *WHERE, "--accelerator-type", "v4-8", "--node-count", "2"]) == 2
     assert "a multislice needs --queued" in capsys.readouterr().err
 
@@ -82,13 +85,15 @@ def test_preemptible_is_marked_legacy(capsys):
 
 def test_queued_workers_are_reached_on_every_node(capsys):
     out = dry_run(capsys, "logs", *WHERE, "--queued", "--worker", "all", "--lines", "5")
-    assert out == (
-        "gcloud compute tpus queued-resources ssh xl --zone=europe-west4-a --node=all "
-        "--worker=all --command 'tail -n 5 ~/xlnet-jax-logs/train-$(hostname).log'\n"
-    )
-    out = dry_run(capsys, "setup", *WHERE, "--queued")
-    assert "gcloud compute tpus queued-resources scp /tmp/xlnet-jax-src.tar.gz " in out
-    assert out.count("--node=all") == 2
+    assert out == [
+        ["gcloud", "compute", "tpus", "queued-resources", "ssh", "xl", "--zone=europe-west4-a",
+         "--node=all", "--worker=all", "--command",
+         "tail -n 5 ~/xlnet-jax-logs/train-$(hostname).log"],
+    ]  # fmt: skip
+    _, scp, ssh = dry_run(capsys, "setup", *WHERE, "--queued")
+    assert scp[:6] == ["gcloud", "compute", "tpus", "queued-resources", "scp",
+                       "/tmp/xlnet-jax-src.tar.gz"]  # fmt: skip
+    assert "--node=all" in scp and "--node=all" in ssh
 
 
 # --- launch run against a stand-in gcloud --------------------------------------------------

@@ -190,4 +190,5 @@ def test_launch_train_and_run_pass_allow_version_change_on(capsys, tmp_path):
     out = _dry_run(capsys, "train", *train, "--workdir", str(tmp_path), "--backend", "local")
     assert out.count(" --allow_version_change") == 2  # each of the two local processes
     run = ["run", *WHERE, "--accelerator-type", "v4-8", "--workdir", "gs://b/r", *train]
-    assert "--workdir=gs://b/r --allow_version_change" in _dry_run(capsys, *run)
+    # the trainer's flags, one per line of the worker script
+    assert "  --workdir=gs://b/r \\\n  --allow_version_change \\\n" in _dry_run(capsys, *run)

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from xlnet_jax.launch import commands, remote, restarts
+from xlnet_jax.launch import commands, remote, restarts, shell
 
 _UP = {"READY", "ACTIVE"}
 _STARTING = {
@@ -30,7 +30,7 @@ Gcloud = Callable[[Sequence[str]], tuple[int, str]]
 
 def _gcloud(argv: Sequence[str]) -> tuple[int, str]:
     """Runs argv, echoing it on stderr like runner.run_commands; (exit code, stdout)."""
-    print(f"+ {subprocess.list2cmdline(argv)}", file=sys.stderr, flush=True)
+    print(f"+ {shell.command(argv)}", file=sys.stderr, flush=True)
     result = subprocess.run(argv, check=False, capture_output=True, text=True)
     sys.stderr.write(result.stderr)
     return result.returncode, result.stdout

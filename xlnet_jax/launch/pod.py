@@ -1,9 +1,9 @@
 """`xlnet-jax launch`: create a TPU VM slice, install the project, train on it, stop, delete.
 
 Also `python -m xlnet_jax.launch.pod`. Each subcommand maps its flags to a list of argv
-lists (`commands`, `remote`) and runs them (`runner`), or with --dry-run prints them, one
-shell-quoted line each. `train --backend local` runs the same train command as N
-processes on this machine (`local`).
+lists (`commands`, `remote`) and runs them (`runner`), or with --dry-run prints them as
+shell text (`shell`: a long command one option per line). `train --backend local` runs the
+same train command as N processes on this machine (`local`).
 """
 
 import argparse
@@ -68,7 +68,9 @@ def _subcommand(
         allow_abbrev=False,
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the commands, one per line; run nothing"
+        "--dry-run",
+        action="store_true",
+        help="print the commands (a long one with one option per line); run nothing",
     )
     return parser
 

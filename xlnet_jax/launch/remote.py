@@ -2,12 +2,14 @@
 
 This is the quoting boundary. The fixed parts below are ours and written raw, so that
 `~` and `$(hostname)` expand on the worker; every value from a user or a config enters
-only through `shlex.quote`. The script is one line (statements joined by `;`), so the
-local command that carries it prints on one line unless a user value holds a newline.
+only through `shlex.quote`. A script has one statement (or one part of an `if`) per line,
+so the printed command that carries it reads as a script.
 """
 
 import shlex
 from collections.abc import Sequence
+
+from xlnet_jax.launch import shell
 
 PROJECT_DIR = "~/xlnet-jax"  # The project's source on each worker.
 VENV = "~/xlnet-jax-venv"  # Kept across `setup` runs, so reinstalls are quick.
@@ -17,12 +19,21 @@ LOG_FILE = f"{LOG_DIR}/train-$(hostname).log"  # One per worker, named by its ho
 PID_FILE = f"{LOG_DIR}/train.pid"
 EXIT_FILE = f"{LOG_DIR}/train.exit"  # The trainer's exit code, written when it ends.
 
-# True when the pid file names a live xlnet-jax process (not a stale, reused pid).
-_RUNNING = f'pid=$(cat {PID_FILE} 2>/dev/null) && grep -qs xlnet-jax "/proc/$pid/cmdline"'
+# Defines `running`: true when the pid file names a live xlnet-jax process (not a stale,
+# reused pid), with that pid in $pid. The first line of every script that asks.
+_RUNNING = (
+    f"running() {{ pid=$(cat {PID_FILE} 2>/dev/null) && "
+    'grep -qs xlnet-jax "/proc/$pid/cmdline"; }'
+)  # fmt: skip
 
 
 # The installer itself is pinned too; everything else comes from the constraints file.
 PIP_PIN = "pip==26.3"
+
+
+def _lines(*lines: str) -> str:
+    """A script of one statement (or one part of an if) per line."""
+    return "\n".join(lines)
 
 
 def constraints_file(python: str) -> str:
@@ -34,9 +45,11 @@ def constraints_file(python: str) -> str:
 def _install_python(python: str) -> str:
     """Installs `python` and its venv module from apt unless the worker has it already."""
     q = shlex.quote
-    return (
-        f"if ! command -v {q(python)} >/dev/null; then sudo apt-get update -qq && "
-        f"sudo apt-get install -y -qq {q(python)} {q(python + '-venv')} || exit 1; fi"
+    return _lines(
+        f"if ! command -v {q(python)} >/dev/null; then",
+        f"  sudo apt-get update -qq && sudo apt-get install -y -qq {q(python)} "
+        f"{q(python + '-venv')} || exit 1",
+        "fi",
     )
 
 
@@ -45,26 +58,29 @@ def _install_project(python: str) -> str:
     tpu extra at the versions of `python`'s constraints file: the same on every worker."""
     q = shlex.quote
     constraints = q(constraints_file(python))
-    return (
-        f"if [ ! -x {VENV}/bin/{q(python)} ]; then rm -rf {VENV}; "
-        f"{q(python)} -m venv {VENV} || exit 1; fi; "
-        f"cd {PROJECT_DIR} || exit 1; "
-        f'if [ ! -f {constraints} ]; then echo "$(hostname)": no pinned versions for '
-        f"{q(python)}, no {constraints}: pass another --python >&2; exit 1; fi; "
-        f"{VENV}/bin/pip install -q {PIP_PIN} && "
-        f"{VENV}/bin/pip install -q -c {constraints} -e '.[tpu]'"
+    return _lines(
+        f"if [ ! -x {VENV}/bin/{q(python)} ]; then",
+        f"  rm -rf {VENV}",
+        f"  {q(python)} -m venv {VENV} || exit 1",
+        "fi",
+        f"cd {PROJECT_DIR} || exit 1",
+        f"if [ ! -f {constraints} ]; then",
+        f'  echo "$(hostname)": no pinned versions for {q(python)}, no {constraints}: pass '
+        "another --python >&2",
+        "  exit 1",
+        "fi",
+        f"{VENV}/bin/pip install -q {PIP_PIN} || exit 1",
+        f'{VENV}/bin/pip install -q -c {constraints} -e ".[tpu]"',
     )
 
 
 def setup_from_tarball(python: str) -> str:
     """Unpacks the copied source tarball into a fresh project dir and installs it."""
-    return "; ".join(
-        [
-            _install_python(python),
-            f"rm -rf {PROJECT_DIR} && mkdir -p {PROJECT_DIR} && "
-            f"tar -xzf {TARBALL} -C {PROJECT_DIR} || exit 1",
-            _install_project(python),
-        ]
+    return _lines(
+        _install_python(python),
+        f"rm -rf {PROJECT_DIR} && mkdir -p {PROJECT_DIR} && "
+        f"tar -xzf {TARBALL} -C {PROJECT_DIR} || exit 1",
+        _install_project(python),
     )
 
 
@@ -74,7 +90,18 @@ def setup_from_git(python: str, repo: str, ref: str | None) -> str:
     clone = f"rm -rf {PROJECT_DIR} && git clone -q -- {q(repo)} {PROJECT_DIR}"
     if ref is not None:
         clone += f" && git -C {PROJECT_DIR} checkout -q {q(ref)} --"
-    return "; ".join([_install_python(python), clone + " || exit 1", _install_project(python)])
+    return _lines(_install_python(python), clone + " || exit 1", _install_project(python))
+
+
+# Runs "$@" (the trainer's argv, after $0) and writes its exit code to EXIT_FILE. SIGTERM
+# is passed on to the trainer, and waited for: `wait` returns early when a trap runs.
+_WRAPPER = _lines(
+    'trap "kill -TERM \\$c" TERM',
+    '"$@" & c=$!',
+    "wait $c; s=$?",
+    "while kill -0 $c 2>/dev/null; do wait $c; s=$?; done",
+    f"echo $s > {EXIT_FILE}",
+)
 
 
 def train(train_args: Sequence[str]) -> str:
@@ -82,40 +109,52 @@ def train(train_args: Sequence[str]) -> str:
 
     Refuses to start a second run on a worker that is still training. The process
     outlives the ssh session (nohup, all three streams redirected) and its pid goes to
-    PID_FILE for `status` and `stop`. A wrapping bash passes SIGTERM on to the trainer
-    (so `stop` still lets it checkpoint) and writes its exit code to EXIT_FILE, which
-    `launch run` reads to tell a finished run from a lost one.
+    PID_FILE for `status` and `stop`. A wrapping bash (_WRAPPER) passes SIGTERM on to the
+    trainer (so `stop` still lets it checkpoint) and writes its exit code to EXIT_FILE,
+    which `launch run` reads to tell a finished run from a lost one. The trainer's argv
+    reaches the wrapper as its arguments, quoted once.
     """
-    trainer = f"{VENV}/bin/xlnet-jax {shlex.join(train_args)}"
-    wrapper = (
-        f"trap 'kill -TERM $c' TERM; {trainer} & c=$!; wait $c; s=$?; "
-        f"while kill -0 $c 2>/dev/null; do wait $c; s=$?; done; echo $s > {EXIT_FILE}"
-    )
-    return (
-        f"mkdir -p {LOG_DIR} || exit 1; "
-        f'if {_RUNNING}; then echo "$(hostname): already training (pid $pid); stop it first" >&2; '
-        "exit 1; fi; "
-        f"cd {PROJECT_DIR} || exit 1; rm -f {EXIT_FILE}; "
-        f"nohup bash -c {shlex.quote(wrapper)} > {LOG_FILE} 2>&1 < /dev/null & "
-        f"echo $! > {PID_FILE}; "
-        f'echo "$(hostname): training (pid $!), log {LOG_FILE}"'
+    return _lines(
+        f"mkdir -p {LOG_DIR} || exit 1",
+        _RUNNING,
+        "if running; then",
+        '  echo "$(hostname): already training (pid $pid); stop it first" >&2',
+        "  exit 1",
+        "fi",
+        f"cd {PROJECT_DIR} || exit 1",
+        f"rm -f {EXIT_FILE}",
+        f"nohup bash -c {shlex.quote(_WRAPPER)} xlnet-jax \\",
+        f"  {VENV}/bin/xlnet-jax {shell.continued(train_args, indent='  ')} \\",
+        f"  > {LOG_FILE} 2>&1 < /dev/null &",
+        f"echo $! > {PID_FILE}",
+        f'echo "$(hostname): training (pid $!), log {LOG_FILE}"',
     )
 
 
 def outcome() -> str:
     """Prints `running`, `exit N` (the trainer's code) or `absent` (never started or lost)."""
-    return (
-        f'if {_RUNNING}; then echo running; elif [ -f {EXIT_FILE} ]; then echo "exit $(cat '
-        f'{EXIT_FILE})"; else echo absent; fi'
+    return _lines(
+        _RUNNING,
+        "if running; then",
+        "  echo running",
+        f"elif [ -f {EXIT_FILE} ]; then",
+        f'  echo "exit $(cat {EXIT_FILE})"',
+        "else",
+        "  echo absent",
+        "fi",
     )
 
 
 def status() -> str:
     """Prints whether the worker is training, then the last line of its log."""
-    return (
-        f'if {_RUNNING}; then echo "$(hostname): training (pid $pid)"; '
-        f'else echo "$(hostname): not training"; fi; '
-        f"tail -n 1 {LOG_FILE} 2>/dev/null; true"
+    return _lines(
+        _RUNNING,
+        "if running; then",
+        '  echo "$(hostname): training (pid $pid)"',
+        "else",
+        '  echo "$(hostname): not training"',
+        "fi",
+        f"tail -n 1 {LOG_FILE} 2>/dev/null || true",
     )
 
 
@@ -130,10 +169,18 @@ def stop(grace_seconds: int) -> str:
     SIGTERM alone is not enough: after `jax.distributed.initialize` JAX catches SIGTERM
     as a preemption notice, and the process only exits if the train loop acts on it.
     """
-    return (
-        f'if {_RUNNING}; then kill -TERM "$pid"; '
-        f"for _ in $(seq {int(grace_seconds)}); do {_RUNNING} || break; sleep 1; done; "
-        f'if {_RUNNING}; then kill -KILL "$pid"; echo "$(hostname): killed pid $pid"; '
-        f'else echo "$(hostname): stopped pid $pid"; fi; '
-        f'else echo "$(hostname): not training"; fi'
+    return _lines(
+        _RUNNING,
+        "if ! running; then",
+        '  echo "$(hostname): not training"',
+        "  exit 0",
+        "fi",
+        'kill -TERM "$pid"',
+        f"for _ in $(seq {int(grace_seconds)}); do running || break; sleep 1; done",
+        "if running; then",
+        '  kill -KILL "$pid"',
+        '  echo "$(hostname): killed pid $pid"',
+        "else",
+        '  echo "$(hostname): stopped pid $pid"',
+        "fi",
     )
