@@ -138,9 +138,7 @@ def check(args: argparse.Namespace, cases) -> list[dict]:
     for dtype, dropatt in cases:
         # float32 means float32; a bf16 run keeps the default (Mosaic refuses bf16 matmuls
         # asked for at full float32 precision, as training/kernel_check.py found).
-        jax.config.update(
-            "jax_default_matmul_precision", "highest" if dtype == "float32" else None
-        )
+        jax.config.update("jax_default_matmul_precision", "highest" if dtype == "float32" else None)
         config = shape_config(
             args.check_shape, n_layer=2, batch_size=args.check_batch, dtype=dtype,
             dropatt=dropatt,

@@ -1,12 +1,13 @@
 """The one chip table, TPU slice names in both forms, and MFU against the chip a run is on."""
 
 import argparse
+import sys
 
 import pytest
 
 from tests import test_data_common
 from tests.train_config import get_config as train_config
-from xlnet_jax.errors import ConfigError
+from xlnet_jax.errors import ConfigError, MissingDependencyError
 from xlnet_jax.hardware import chips, gpus, slices
 from xlnet_jax.launch import names
 from xlnet_jax.training import targets, train
@@ -159,3 +160,11 @@ def test_each_card_target_spec_carries_its_table_facts():
         assert f"device_memory_size: {card.memory_bytes}" in text
         assert f"major: {major} minor: {minor}" in text
         assert f'device_description_str: "{card.gpu.description}"' in text
+
+
+def test_with_no_jax_plugin_at_all_compile_gpu_names_the_gpu_extra(monkeypatch):
+    """A venv without any jax plugin has no `jax_plugins` package: one line, no traceback."""
+    monkeypatch.delitem(sys.modules, "jax_plugins.xla_cuda12", raising=False)
+    monkeypatch.setitem(sys.modules, "jax_plugins", None)  # import of it fails, as when absent
+    with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[gpu\]'"):
+        gpus.gpu_devices(chips.gpu_card("h100-80gb"), 1)

@@ -46,10 +46,19 @@ device_description_str: "{spec.description}"
 """
 
 
+def cuda_plugin_installed() -> bool:
+    """Whether jax's CUDA 12 plugin is importable (without any plugin, its namespace package
+    `jax_plugins` is missing too, and find_spec raises instead of answering None)."""
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:
+        return False
+
+
 @functools.cache
 def gpu_devices(chip: Chip, count: int) -> tuple:
     """`count` abstract devices of `chip` on one host."""
-    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+    if not cuda_plugin_installed():
         raise MissingDependencyError(
             "compile --gpu needs jax's CUDA plugin, which is not installed: "
             "pip install -e '.[gpu]' (a deviceless compile needs only jax-cuda12-plugin, "
