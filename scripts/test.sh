@@ -4,5 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh "test,tpu"
 .venv/bin/ruff check xlnet_jax configs tests benchmarks docs/hooks
-# One pytest worker per core; a file runs whole in one worker, so module fixtures are built once.
-.venv/bin/python -m pytest tests -q -n auto --dist loadfile "$@"
+# One pytest worker per core; a file runs whole in one worker, so module fixtures are built
+# once; files are handed out in collection order, the longest first (tests/conftest.py).
+.venv/bin/python -m pytest tests -q -n auto --dist loadfile --no-loadscope-reorder "$@"
