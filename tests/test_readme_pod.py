@@ -52,6 +52,8 @@ NOT_RUN_HERE = {
     "tests/test_benchmarks_smoke.py runs its CPU smoke pass",
     "python benchmarks/corpus_scale.py": "prepares a 50M-token corpus four times (minutes); "
     "tests/test_benchmarks_smoke.py runs its --smoke",
+    "python benchmarks/host_share.py": "prepares a 4.6M-token corpus and trains on 1, 2 and 4 "
+    "processes (minutes); tests/test_host_share.py measures 4 processes on a small corpus",
     "python3 -m venv": "makes a venv on a GPU machine (docs/gpus.md); scripts/venv.sh is "
     "this suite's",
     "python -c": "a one-line check on a GPU machine (docs/gpus.md)",
@@ -125,9 +127,10 @@ def test_the_runnable_blocks_run_verbatim():
         assert all(name in done.stdout for name in ("prepare", "train", "compile", "launch"))
 
 
-def test_readme_pytest_lines_end_with_the_summary_line():
+def test_readme_pytest_lines_end_with_the_summary_line(tmp_path):
     """pytest prints "N passed" at one -q, not at two: the README's lines and test.sh give
-    one, and pyproject adds none. The README's parity line runs verbatim."""
+    one, and pyproject adds none. The README's parity line selects the parity tests (which
+    the suite runs), and its options end a run with the summary line."""
     options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
     assert "-q" not in options["ini_options"].get("addopts", "")
     test_sh = (ROOT / "scripts" / "test.sh").read_text()
@@ -136,10 +139,20 @@ def test_readme_pytest_lines_end_with_the_summary_line():
     assert len(lines) >= 2, lines
     for line in lines:
         assert line.split().count("-q") <= 1, line
-    parity = next(line for line in lines if "test_model_parity" in line)
+    parity = shlex.split(next(line for line in lines if "test_model_parity" in line))[1:]
+    pytest_ = str(VENV_BIN / "pytest")
+    selected = subprocess.run(
+        [pytest_, *parity, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )  # fmt: skip
+    assert selected.returncode == 0, selected.stdout[-3000:]
+    assert "test_model_parity.py::test_parity_with_hf[" in selected.stdout, selected.stdout
+    # The same options, the file and -k swapped for one test that passes: the last line.
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    options = [word for word in parity if not word.startswith("tests/") and word != "parity"]
+    options = [word for word in options if word != "-k"]
     done = subprocess.run(
-        [str(VENV_BIN / "pytest"), *shlex.split(parity)[1:]],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [pytest_, *options, "-p", "no:cacheprovider", "test_one.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
     assert re.search(r"^\d+ passed(, \d+ deselected)? in ", done.stdout.splitlines()[-1])
