@@ -105,6 +105,9 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         outputs.write_run_info(workdir, {
             "task": inputs.task.name, "head": inputs.task.head, "labels": inputs.labels,
             "init_from": inputs.source.path, "random_weights": random_weights,
+            "tokenizer": outputs.copy_tokenizer(workdir, inputs.encoder.model_path),
+            "normalization": {"uncased": inputs.encoder.uncased,
+                              "keep_accents": inputs.encoder.keep_accents},
         })  # fmt: skip
         writer = MetricsWriter(workdir, drop=lambda record: record.get("step", 0) > start)
         cleanup.callback(writer.close)
