@@ -7,6 +7,8 @@ The values are the original's run_classifier.py defaults where it has them; the 
 configs/finetune/ set each task's published values.
 """
 
+import logging
+
 import ml_collections
 
 from xlnet_jax.config import default_config
@@ -39,6 +41,22 @@ def finetune_config() -> ml_collections.ConfigDict:
     return c
 
 
+log = logging.getLogger(__name__)
+
+
+def xlnet_large_shape(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The released XLNet-Large's shape (xlnet_cased_L-24_H-1024_A-16), which the published
+    fine-tuning settings are for: what `compile` sizes; --init_from replaces it when
+    fine-tuning."""
+    c.vocab_size = 32000
+    c.d_model = 1024
+    c.n_layer = 24
+    c.n_head = 16
+    c.d_head = 64
+    c.d_inner = 4096
+    return c
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError naming the first field out of its declared range, or the first
     relation between fine-tuning fields that does not hold."""
@@ -46,8 +64,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(problem)
     if config.seq_len < 4:
         raise ConfigError(f"config.seq_len: must hold A <sep> <sep> <cls>, got {config.seq_len}")
-    if config.num_segments > 1 and config.mem_len < 1:
-        raise ConfigError(
-            f"config.num_segments={config.num_segments} reads a text through the memory: set "
-            "config.mem_len >= 1 (seq_len * (num_segments - 1) lets the last segment see all)"
+    if config.num_segments > 1 and config.mem_len == 0:
+        log.warning(
+            "config.num_segments=%d with mem_len 0: the head sees the last segment alone "
+            "(the no-memory control); mem_len = seq_len * (num_segments - 1) shows it all.",
+            config.num_segments,
         )

@@ -127,9 +127,10 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
             if save or done % config.log_every == 0:
                 records = jax.device_get(pending)
                 step_time = (time.time() - interval_start) / len(records)
+                speed = {"step_time": step_time, "tokens_per_sec": tokens / step_time}
                 for offset, record in enumerate(records):
                     scalars = {k: float(v) for k, v in record.items()}
-                    writer.write(done - len(records) + offset + 1, scalars)
+                    writer.write(done - len(records) + offset + 1, {**scalars, **speed})
                 eta = (config.num_train_steps - done) * step_time
                 progress.note(
                     f"step {done}/{config.num_train_steps} | loss {float(records[-1]['loss']):.4f}"
