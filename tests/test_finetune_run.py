@@ -203,3 +203,15 @@ def test_segments_carry_the_first_words_to_the_head_only_through_the_memory():
     padded["input_mask"][:, 2, :3] = True
     short = {k: v[:, 2:] for k, v in padded.items()}
     np.testing.assert_allclose(run(padded), run(short), atol=1e-5)
+
+
+def test_seeds_run_one_after_another_and_report_the_median(source, data, tmp_path):
+    """Two seeds from the same source params (the first run's donated buffers must not be
+    the source's): each its own workdir and results; seeds.json holds the median."""
+    assert finetune(tmp_path, source, data, "--seeds=2", "--config.checkpoint_every=4") == 0
+    record = json.loads((tmp_path / "seeds.json").read_text())
+    accuracies = [record["seeds"][seed]["dev"]["accuracy"] for seed in ("0", "1")]
+    assert record["median"]["dev"]["accuracy"] == pytest.approx(np.median(accuracies))
+    for seed in (0, 1):
+        results = json.loads((tmp_path / f"seed_{seed}" / "eval_results.json").read_text())
+        assert results["dev"]["accuracy"] == accuracies[seed]

@@ -71,7 +71,10 @@ def _initial_state(program: FinetuneProgram, inputs: Inputs, random_weights: boo
         )
         return state
     shardings = jax.tree.map(lambda a: a.sharding, program.abstract_state.params["transformer"])
-    pretrained = jax.device_put(encoder_params(inputs.source.params), shardings)
+    # Copied through the host: the train step donates the state, and a device array put on
+    # its own sharding would be the source's own buffer (a second seed reads it again).
+    host = jax.tree.map(np.asarray, encoder_params(inputs.source.params))
+    pretrained = jax.device_put(host, shardings)
     log.info("Starting from the params of the %s %s.", inputs.source.kind, inputs.source.path)
     return state.replace(params={**state.params, "transformer": pretrained})
 
