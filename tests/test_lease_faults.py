@@ -52,7 +52,7 @@ def _renewed(lease: ObjectLease, times: int = 1, timeout: float = 30):
         nonlocal seen
         if lease._generation != seen:
             seen, count[0] = lease._generation, count[0] + 1
-        assert lease._lost is None, lease._lost
+        assert lease.lost() is None, lease.lost()
         return count[0] >= times
 
     _until(renewed, timeout, f"{times} renewal(s)")
