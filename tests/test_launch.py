@@ -481,6 +481,14 @@ if flags.get("config.exit_once") and not os.path.exists(os.path.join(flags["work
         open(os.path.join(flags["workdir"], "exited"), "w").close()
         sys.exit(int(flags["config.exit_once"]))
     time.sleep(60)  # stopped by the launcher
+if flags.get("config.fail_together"):  # process 1's own error, then process 0 loses it
+    mark = os.path.join(flags["workdir"], "failing")
+    if i == 1:
+        open(mark, "w").close()
+        sys.exit(1)
+    while not os.path.exists(mark):
+        time.sleep(0.01)
+    sys.exit(5)
 if flags.get("config.fail") == str(i):
     time.sleep(float(flags.get("config.fail_after", 0)))
     print("ValueError: boom", file=sys.stderr)
@@ -552,6 +560,28 @@ def test_local_failure_stops_the_others_and_names_the_log(tmp_path, capsys, fake
     if alive:
         os.kill(pid_0, signal.SIGKILL)
     assert not alive, "process 0 was left running"
+
+
+def test_local_reports_the_final_failure_of_processes_that_fail_together(
+    tmp_path, capsys, fake_train, monkeypatch
+):
+    """Process 1's own error (1) and process 0's lost peer (5), seen in one poll: 1, as on a
+    pod, and no restart."""
+    monkeypatch.setattr(local, "POLL_SECONDS", 1.0)
+    workdir = tmp_path / "run"
+    code = local_train(fake_train, workdir, "--config.fail_together=1", "--max-restarts", "2")
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "process 1 exited with code 1" in err and "training again" not in err
+
+
+def test_local_stops_a_job_whose_process_is_hung(tmp_path, capsys, fake_train):
+    """No heartbeat from the training loop for --hang-timeout: the job lost a process."""
+    start = time.monotonic()
+    code = local_train(fake_train, tmp_path / "run", "--config.sleep=60", "--hang-timeout", "1")
+    assert code == 5 and time.monotonic() - start < 15
+    err = capsys.readouterr().err
+    assert "made no training progress for" in err and "(--hang-timeout=1): hung" in err
 
 
 def test_local_timeout(tmp_path, capsys, fake_train):
