@@ -330,11 +330,13 @@ def _train(
     # user: orbax's threads then add no shutdown noise after the one-line message.
     with contextlib.ExitStack() as cleanup:
         lock = prepare_workdir(workdir, checkpoint_bytes)
-        cleanup.callback(lock.release)
-        # From here on no write outlives the lease (fence.py); closed after the last write.
+        # From here on no write outlives the lease (fence.py). Fence and lock are lifted
+        # last, and only once none of `writing` (the saves, the metrics uploads) still writes.
         fence = Fence.around(lock)
-        cleanup.callback(fence.close)
+        writing = []
+        cleanup.callback(fence.release_when_quiet, lock, writing)
         checkpointer = Checkpointer(workdir, config)
+        writing.append(checkpointer.writing)
         cleanup.callback(checkpointer.close)
         state = checkpointer.restore(program.abstract_state, config, fingerprint)
         if state is None:
@@ -377,6 +379,7 @@ def _train(
         writer = MetricsWriter(
             workdir, enabled=primary, drop=lambda record: record.get("step", 0) > start_step
         )
+        writing.append(writer.writing)
         cleanup.callback(writer.close)
         progress = ProgressLine(config.num_train_steps, enabled=primary)
         flops_per_step = flops.train_flops_per_step(config)
