@@ -165,6 +165,8 @@ def test_a_holder_of_the_same_hostname_is_judged_by_its_whole_identity(
         holder = ObjectLease(url, ttl=3)  # renewed every second
     try:
         if same_namespace:
+            assert not lease_module.holder_gone(me)  # this very process: alive
+            assert lease_module.holder_gone({**me, "started": "1"})  # its pid, reused
             taker = ObjectLease(url, ttl=3)
             taker.release()
             return
