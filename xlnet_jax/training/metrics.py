@@ -270,9 +270,7 @@ def read_metrics(workdir: str, kind: str = "train") -> dict[int, dict]:
     is skipped with a warning, since the step it held is re-logged after the resume.
     """
     root = paths.as_path(workdir)
-    sources = [root / "metrics.jsonl"]
-    if paths.is_remote(workdir):
-        sources += sorted(root.glob("metrics-eval-*.jsonl"), key=str)
+    sources = [root / "metrics.jsonl", *sorted(root.glob("metrics-eval-*.jsonl"), key=str)]
     records, found = [], False
     for path in sources:
         try:
