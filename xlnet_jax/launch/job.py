@@ -93,6 +93,7 @@ def run_job(
                     return 0
                 if why is None or restarted == max_restarts:
                     _say(f"training ended with exit code {code} ({worker}{why or ''})")
+                    gcloud(stop)  # the job ends everywhere: no worker left hung or waiting
                     return code
                 restarted += 1
                 pause = restarts.pause_s(code) if restart_pause is None else restart_pause
