@@ -56,6 +56,11 @@ class MissingDependencyError(XLNetJaxError, ImportError):
 # The CLI's exit code for a StorageError: storage, not the run, failed, so `launch run`
 # trains again (resuming) instead of ending the job.
 STORAGE_EXIT_CODE = 4
+# The CLI's exit code for a trainer stopped by a signal (SIGTERM: a preemption notice, a
+# maintenance event, `launch stop`) before num_train_steps, after it saved: not finished, so
+# `launch run` trains again (resuming) unless the user asked it to stop. Only a run that
+# reached its last step exits 0.
+STOPPED_EXIT_CODE = 6
 
 
 class StorageError(XLNetJaxError, RuntimeError):

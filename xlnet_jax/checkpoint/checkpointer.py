@@ -175,6 +175,10 @@ class Checkpointer:
             raise SavesFailedError(self._gave_up())
         self.manager.close()
 
+    def writing(self) -> bool:
+        """Whether a save may still write to storage (one that close() gave up on too)."""
+        return self._in_flight is not None and self.manager.is_saving_in_progress()
+
     def _settle(self, timeout: float, final: bool = False) -> bool:
         """Waits up to `timeout` s for the save in flight and records how it ended; False
         if it is still writing. A failure is reported by _failed (raised when `final`)."""
