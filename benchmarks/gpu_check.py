@@ -190,15 +190,14 @@ def predict_main(args: argparse.Namespace) -> None:
     sys.path.insert(0, HERE)
     from accelerator_throughput import shape_config
 
-    from xlnet_jax.training import compile as aot
-    from xlnet_jax.training import targets
+    from xlnet_jax.training import aot, aot_devices
 
     peaks = {}
     for shape in args.shapes.split(","):
         for framework, impl in (("ours", "xla"), ("kernel", "pallas")):
             config = shape_config(args, shape, args.batch)
             config.attention_impl = impl
-            report, _ = aot.compile_train_step(config, targets.gpu_target(args.card))
+            report, _ = aot.compile_train_step(config, aot_devices.gpu_target(args.card))
             peaks[f"{shape}/{framework}"] = report.peak_bytes
     print(RESULT + json.dumps(peaks), flush=True)
 

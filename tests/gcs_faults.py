@@ -346,4 +346,5 @@ def faulty_storage(
         patch.setenv(paths.RETRY_ENV, retry)
         for name, value in env.items():
             patch.setenv(name, value)
+        paths.use_storage()  # a gcsfs client made directly follows the policy too
         yield proxy

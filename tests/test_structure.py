@@ -4,6 +4,7 @@ family."""
 import ast
 import inspect
 import pathlib
+import re
 
 import xlnet_jax
 from xlnet_jax import errors
@@ -157,3 +158,32 @@ def test_every_error_class_of_the_package_is_one_family():
     assert outside == [], "define user-facing errors in xlnet_jax/errors.py"
     for _, cls in inspect.getmembers(errors, inspect.isclass):
         assert issubclass(cls, errors.XLNetJaxError)
+
+
+# A file name in prose: a path of words ending .py or .md, not part of a longer name.
+_NAMED_FILE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:py|md))\b")
+
+
+def test_every_file_a_docstring_names_exists():
+    """A docstring that names a file (`meta.py`, `docs/storage.md`, `run/lease.py`) names
+    one that exists: a bare name anywhere in the repository, a path from the repository,
+    the package, or the docstring's own folder or the one above it."""
+    roots = ("xlnet_jax", "configs", "benchmarks", "scripts", "tests", "tests_gpu")
+    sources = [p for root in roots for p in (REPO / root).rglob("*.py")]
+    names = {p.name for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts}
+    missing = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(
+                node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+            ):
+                continue
+            for named in _NAMED_FILE.findall(ast.get_docstring(node) or ""):
+                if "/" not in named:
+                    found = named in names
+                else:
+                    bases = (REPO, PACKAGE, path.parent, path.parent.parent)
+                    found = any((base / named).exists() for base in bases)
+                if not found:
+                    missing.append(f"{path.relative_to(REPO)}: {named}")
+    assert missing == []

@@ -42,7 +42,7 @@ __all__ = [
     "published_setting",
     "view",
     "view_problem",
-    "with_missing_fields",
+    "from_saved",
 ]
 
 # Fields that fix the parameter shapes or the function the params compute: never changed
@@ -66,10 +66,16 @@ def view_problem(view) -> str | None:
     return None
 
 
-def with_missing_fields(values: dict) -> dict:
-    """`values` (a saved config.json's) with each field it lacks at the value that a config
-    saved before the field existed means (Field.saved_before), so old workdirs resume."""
-    return {**{f.name: f.legacy for f in FIELDS if f.name not in values}, **values}
+def from_saved(values: dict) -> ml_collections.ConfigDict:
+    """The config a saved one (config.json, a checkpoint's meta) describes: each field it
+    lacks at the value a config saved before the field existed means (Field.saved_before),
+    so old workdirs resume; the axis rules' JSON lists back to tuples."""
+    values = {**{f.name: f.legacy for f in FIELDS if f.name not in values}, **values}
+    values["logical_axis_rules"] = tuple(
+        (name, tuple(axes) if isinstance(axes, list) else axes)
+        for name, axes in values["logical_axis_rules"]
+    )
+    return ml_collections.ConfigDict(values)
 
 
 def cpu_demo_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -94,7 +100,7 @@ def cpu_demo_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The paper's sequence layout, objective and optimisation (XLNET_REFERENCE.md 3-4), in
+    """The paper's sequence layout, objective and optimisation (docs/published.md), in
     bfloat16 with remat for TPU; base and large add their widths."""
     c.vocab_size = 32000
     c.ff_activation = "gelu"
