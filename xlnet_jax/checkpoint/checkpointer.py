@@ -49,9 +49,9 @@ from jax.experimental import multihost_utils
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import orbax_adapter, tensorstore_adapter
 from xlnet_jax.checkpoint.checksums import tree_checksums, verify_checksums
-from xlnet_jax.checkpoint.meta import DamagedStep, check_compatible, looks_like_meta, one_line
+from xlnet_jax.checkpoint.meta import DamagedStep, check_compatible, looks_like_meta
 from xlnet_jax.checkpoint.train_state import TrainState
-from xlnet_jax.errors import CheckpointError, SavesFailedError
+from xlnet_jax.errors import CheckpointError, SavesFailedError, one_line
 
 log = logging.getLogger(__name__)
 

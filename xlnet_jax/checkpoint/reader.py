@@ -9,9 +9,9 @@ import orbax.checkpoint as ocp
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import orbax_adapter, tensorstore_adapter
 from xlnet_jax.checkpoint.checksums import verify_checksums
-from xlnet_jax.checkpoint.meta import DamagedStep, one_line
+from xlnet_jax.checkpoint.meta import DamagedStep
 from xlnet_jax.config import from_saved
-from xlnet_jax.errors import CheckpointError
+from xlnet_jax.errors import CheckpointError, one_line
 
 
 def read_checkpoint(workdir: str, step: int | None = None) -> dict:

@@ -36,7 +36,7 @@ from etils import epath
 from gcsfs import retry as gcsfs_retry
 from gcsfs.retry import ChecksumError, HttpError
 
-from xlnet_jax.errors import ConfigError, StorageError
+from xlnet_jax.errors import ConfigError, StorageError, one_line
 from xlnet_jax.paths import gcsfs_adapter
 
 log = logging.getLogger(__name__)
@@ -231,13 +231,13 @@ def retry(
             if attempt >= policy.attempts or time.monotonic() + delay > end:
                 raise StorageError(
                     f"Object storage failed {attempt} time(s) in {time.monotonic() - start:.0f} s "
-                    f"while {what} (last: {_one_line(e)}); a transient fault that outlasted the "
+                    f"while {what} (last: {one_line(e)}); a transient fault that outlasted the "
                     f"retry budget, not a problem with the path. Rerun when storage answers."
                 ) from None
             log.warning(
                 "Storage error while %s (%s); retry %d in %.1f s.",
                 what,
-                _one_line(e),
+                one_line(e),
                 attempt,
                 delay,
             )
@@ -272,8 +272,3 @@ def _under_policy(request: Callable, bounded: bool) -> Callable:
                 await asyncio.sleep(delay)
 
     return retried
-
-
-def _one_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines() or [""]
-    return f"{type(error).__name__}: {lines[0]}"[:160]
