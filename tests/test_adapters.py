@@ -65,7 +65,7 @@ def test_importing_patches_nothing_until_storage_is_first_used():
     probe = (
         "import gcsfs.core, orbax.checkpoint._src.asyncio_utils as a\n"
         "before = gcsfs.core.GCSFileSystem._request, a._run_sync_via_new_loop\n"
-        "import xlnet_jax.cli, xlnet_jax.checkpoint.checkpointer, xlnet_jax.run.fence\n"
+        "import xlnet_jax.checkpoint.checkpointer, xlnet_jax.run.fence\n"
         "assert (gcsfs.core.GCSFileSystem._request, a._run_sync_via_new_loop) == before\n"
         "from xlnet_jax import paths\n"
         "assert paths.is_remote('gs://bucket/run')\n"

@@ -2,15 +2,23 @@
 family."""
 
 import ast
+import functools
 import inspect
 import pathlib
 import re
+import subprocess
 
 import xlnet_jax
 from xlnet_jax import errors
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "xlnet_jax"
+
+
+@functools.cache
+def _parsed(path: pathlib.Path) -> ast.Module:
+    """A source file's tree, parsed once for all the tests of this file."""
+    return ast.parse(path.read_text())
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -21,7 +29,7 @@ def _module_name(path: pathlib.Path) -> str:
 def _imports(path: pathlib.Path) -> set[str]:
     """The xlnet_jax modules `path` imports (anywhere in the file, lazy imports included)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -42,7 +50,7 @@ def test_the_train_step_is_jitted_in_one_place():
         str(p.relative_to(REPO))
         for p in sources
         if p.name != "test_structure.py"
-        for node in ast.walk(ast.parse(p.read_text()))
+        for node in ast.walk(_parsed(p))
         if isinstance(node, ast.Call)
         and ast.unparse(node.func) == "jax.jit"
         and "train_step" in ast.unparse(node.args[0] if node.args else node)
@@ -89,7 +97,7 @@ def test_an_upward_import_is_caught():
 
 def test_every_package_says_what_it_owns_and_may_import():
     for init in PACKAGE.glob("*/__init__.py"):
-        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        doc = ast.get_docstring(_parsed(init)) or ""
         assert "import" in doc.lower(), f"{init.relative_to(REPO)}: say what the package may import"
 
 
@@ -151,7 +159,7 @@ def test_every_error_class_of_the_package_is_one_family():
     never shown to a user, excepted)."""
     outside = []
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
                 if not node.name.startswith("_") and path.name != "errors.py":
                     outside.append(f"{path.relative_to(REPO)}:{node.name}")
@@ -170,10 +178,12 @@ def test_every_file_a_docstring_names_exists():
     the package, or the docstring's own folder or the one above it."""
     roots = ("xlnet_jax", "configs", "benchmarks", "scripts", "tests", "tests_gpu")
     sources = [p for root in roots for p in (REPO / root).rglob("*.py")]
-    names = {p.name for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts}
+    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    files = subprocess.run(listed, cwd=REPO, capture_output=True, text=True, check=True).stdout
+    names = {pathlib.Path(f).name for f in files.split()}
     missing = []
     for path in sources:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parsed(path)):
             if not isinstance(
                 node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
             ):

@@ -39,10 +39,10 @@ __all__ = [
     "data_ranges",
     "default_config",
     "mesh_shape",
+    "from_saved",
     "published_setting",
     "view",
     "view_problem",
-    "from_saved",
 ]
 
 # Fields that fix the parameter shapes or the function the params compute: never changed
@@ -57,10 +57,10 @@ def default_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({field.name: field.default for field in FIELDS})
 
 
-def view_problem(view) -> str | None:
+def view_problem(frozen) -> str | None:
     """The first field of a frozen view (ModelConfig, PLMConfig) outside its declared kind
     or range, as 'NAME: must be ... (got V)', or None."""
-    for name, value in dataclasses.asdict(view).items():
+    for name, value in dataclasses.asdict(frozen).items():
         if problem := value_problem(BY_NAME[name], value):
             return f"{name}: {problem}"
     return None
