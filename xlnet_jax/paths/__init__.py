@@ -171,7 +171,11 @@ def retry_policy() -> RetryPolicy:
         name, _, value = item.partition("=")
         name = name.strip()
         if name not in fields:
-            raise ConfigError(f"${RETRY_ENV}: unknown field {name!r}; known: {', '.join(fields)}.")
+            raise ConfigError(
+                f"${RETRY_ENV}: unknown field {name!r}; known: {', '.join(fields)} (a "
+                "checkpoint's bounds, save_wait_s, failed_saves and metrics_wait_s, are "
+                "config fields: --config.FIELD=VALUE)."
+            )
         try:
             overrides[name] = (int if fields[name] in (int, "int") else float)(value)
         except ValueError:
