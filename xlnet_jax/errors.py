@@ -75,3 +75,11 @@ class SavesFailedError(StorageError, CheckpointError):
 class LeaseLostError(StorageError, WorkdirError):
     """This run can no longer be sure it holds its workdir lease (run/lease.py): it writes
     nothing more, and a rerun (`launch run` pauses and trains again) resumes."""
+
+
+def one_line(error: BaseException, limit: int = 160) -> str:
+    """Another library's exception as `Type: first line`, cut to `limit` characters, for a
+    message of ours that names it (storage and tensorstore errors run to many lines)."""
+    lines = str(error).strip().splitlines() or [""]
+    text = f"{type(error).__name__}: {lines[0]}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

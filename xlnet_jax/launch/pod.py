@@ -46,7 +46,8 @@ a v3-32 slice (4 workers), start to end:
   xlnet-jax launch train --backend local --num-processes 2 --num-cpu-devices 2 \\
       --config configs/tiny.py --workdir workdirs/tiny
 
-Add --dry-run to any subcommand to print its commands instead of running them.
+Add --dry-run to any subcommand to print its commands instead of running them. Every flag
+also takes underscores, as the other commands spell theirs (--num_cpu_devices, --dry_run).
 """
 
 Commands = list[list[str]]
@@ -440,7 +441,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     """Parses and cross-checks the flags; exits through argparse with a message on error."""
     parser, subparsers = build_parser()
-    args, extras = parser.parse_known_args(argv)
+    args, extras = parser.parse_known_args(names.dashed(argv, TRAIN_SWITCHES))
     sub = subparsers[args.command]
     if args.command == "run":
         _check_run_backend(args, sub)

@@ -42,9 +42,9 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
-import gcsfs.core
-
+from xlnet_jax import paths
 from xlnet_jax.errors import STORAGE_EXIT_CODE, LeaseLostError
+from xlnet_jax.paths import gcsfs_adapter
 from xlnet_jax.run.lease import ObjectLease, clock
 from xlnet_jax.run.workdir import WorkdirLock
 
@@ -171,10 +171,13 @@ class Fence:
 
 def _fence_gcsfs_writes() -> None:
     """Bounds every write request gcsfs sends by the active fence (idempotent); the retries
-    of paths.py run inside the bound."""
-    request = gcsfs.core.GCSFileSystem._request
-    if getattr(request, "fenced", False):
-        return
+    of xlnet_jax.paths run inside the bound."""
+    paths.use_storage()
+    gcsfs_adapter.wrap_request("fence", _fenced)
+
+
+def _fenced(request: Callable) -> Callable:
+    """`request` (gcsfs's request method) refused or cut at the active fence's moment."""
 
     @functools.wraps(request)
     async def fenced(self, method, *args, **kwargs):
@@ -191,5 +194,4 @@ def _fence_gcsfs_writes() -> None:
                 raise fence._error() from None
             raise
 
-    fenced.fenced = True
-    gcsfs.core.GCSFileSystem._request = fenced
+    return fenced

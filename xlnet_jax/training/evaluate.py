@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
-from xlnet_jax.data.corpus import load_split
+from xlnet_jax.data.corpus import cross_entropy, unigram_counts
 from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
 from xlnet_jax.errors import CheckpointError, DataError
 from xlnet_jax.run.init_from import place_params
@@ -82,14 +82,14 @@ def unigram_baselines(manifest: Manifest, vocab_size: int) -> dict:
         context-free predictor can score on them; the gap between the two is what the
         train split's frequencies miss on this text.
     """
-    train = np.bincount(load_split(manifest, "train").tokens, minlength=vocab_size)
-    held = np.bincount(load_split(manifest, "validation").tokens, minlength=vocab_size)
+    train = unigram_counts(manifest, "train", vocab_size)
+    held = unigram_counts(manifest, "validation", vocab_size)
     seen = held > 0
     probs = held[seen] / held.sum()
     train_probs = (train[seen] + 1.0) / (train.sum() + vocab_size)
     return {
-        "train_unigram_cross_entropy": float(-(probs * np.log(train_probs)).sum()),
-        "validation_unigram_entropy": float(-(probs * np.log(probs)).sum()),
+        "train_unigram_cross_entropy": cross_entropy(probs, train_probs),
+        "validation_unigram_entropy": cross_entropy(probs, probs),
     }
 
 
