@@ -31,7 +31,7 @@ from harness import SHAPES, shape_config, synthetic_batch
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.model import flops
 from xlnet_jax.model.xlnet import XLNetLM
-from xlnet_jax.training import compile as aot
+from xlnet_jax.training import aot
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 

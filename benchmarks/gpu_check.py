@@ -93,38 +93,17 @@ def smoke_args(args: argparse.Namespace) -> argparse.Namespace:
 
 def loss_and_grads(config, params, impl: str) -> tuple:
     """(loss, new memory, gradients) of one forward and backward of the train step's loss,
-    through attention_impl `impl`, on the harness batch and its PLM sample."""
+    through attention_impl `impl`, on the harness batch and a memory of 0.1: the kernel
+    check's own function (xlnet_jax/training/kernel_check.py)."""
     import jax
     import jax.numpy as jnp
     from harness import synthetic_batch
 
-    from xlnet_jax.config import ModelConfig
-    from xlnet_jax.model.xlnet import XLNetLM
-    from xlnet_jax.training import steps
+    from xlnet_jax.training import kernel_check
 
-    config = config.copy_and_resolve_references()
-    config.attention_impl = impl
-    model = XLNetLM(ModelConfig.from_config(config))
     batch = jax.tree.map(jnp.asarray, synthetic_batch(config))
-    plm_key, dropout_key = jax.random.split(jax.random.key(0))
     mems = jnp.full((config.n_layer, config.batch_size, config.mem_len, config.d_model), 0.1)
-
-    @jax.jit
-    def run(params):
-        sample = steps.sample_targets(batch, plm_key, config)
-
-        def mean_nll(params):
-            # The train step's own forward (steps._forward), so both paths see its masks.
-            terms, new_mems = steps._forward(
-                model, params, batch, sample, mems, dropout_key, config.reuse_len,
-                deterministic=False,
-            )  # fmt: skip
-            return terms[0] / terms[1], new_mems
-
-        (loss, new_mems), grads = jax.value_and_grad(mean_nll, has_aux=True)(params)
-        return loss, new_mems, grads
-
-    return jax.device_get(run(params))
+    return kernel_check.loss_and_grads(config, impl, params, batch, mems)
 
 
 def check(args: argparse.Namespace, cases) -> list[dict]:
@@ -190,15 +169,14 @@ def predict_main(args: argparse.Namespace) -> None:
     sys.path.insert(0, HERE)
     from accelerator_throughput import shape_config
 
-    from xlnet_jax.training import compile as aot
-    from xlnet_jax.training import targets
+    from xlnet_jax.training import aot, aot_devices
 
     peaks = {}
     for shape in args.shapes.split(","):
         for framework, impl in (("ours", "xla"), ("kernel", "pallas")):
             config = shape_config(args, shape, args.batch)
             config.attention_impl = impl
-            report, _ = aot.compile_train_step(config, targets.gpu_target(args.card))
+            report, _ = aot.compile_train_step(config, aot_devices.gpu_target(args.card))
             peaks[f"{shape}/{framework}"] = report.peak_bytes
     print(RESULT + json.dumps(peaks), flush=True)
 

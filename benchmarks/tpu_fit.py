@@ -22,8 +22,7 @@ import re
 import subprocess
 import sys
 
-from xlnet_jax.training import compile as aot
-from xlnet_jax.training import fit, targets
+from xlnet_jax.training import aot, aot_devices, fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,7 +122,7 @@ def main() -> None:
     for remat in (True, False):
         with aot.libtpu_log_held():
             best, _ = fit.largest_fitting_batch(
-                config, targets.tpu_target(topology), remat=remat,
+                config, aot_devices.tpu_target(topology), remat=remat,
                 limit_rows=4 if args.quick else 64,
                 on_try=lambda t: print(t.describe(), flush=True),
             )  # fmt: skip

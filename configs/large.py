@@ -1,4 +1,4 @@
-"""XLNet-Large, the published setting (Yang et al., 2019; XLNET_REFERENCE.md sections 3-4).
+"""XLNet-Large, the published setting (Yang et al., 2019; docs/published.md).
 
 24 layers, 1024 wide, 16 heads, d_inner 4096; seq 512, reuse 256, mem 384, perm 256,
 num_predict 85, bi_data; batch 8192, lr 4e-4, 40k warmup, 500k steps, weight decay 0.01,

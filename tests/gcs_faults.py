@@ -29,7 +29,6 @@ import contextlib
 import dataclasses
 import json
 import random
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ from aiohttp import web
 
 from tests import gcs_emulator, gcs_preconditions
 from xlnet_jax import paths
+from xlnet_jax.launch import local
 
 CLASSES = ("read", "write", "list", "delete", "chunk", "metadata")
 _HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
@@ -313,16 +313,10 @@ async def _cut(request: web.Request, status: int, headers: dict, content: bytes)
     return response
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running(seed: int = 0, bucket: str = gcs_emulator.BUCKET) -> Iterator[FaultProxy]:
     """fake-gcs-server behind a FaultProxy (no faults scripted yet); yields the proxy."""
-    port = _free_port()
+    port = local.free_port()
     with gcs_emulator.running(bucket, external_url=f"http://127.0.0.1:{port}") as upstream:
         proxy = FaultProxy(upstream, port, seed)
         try:
@@ -346,4 +340,5 @@ def faulty_storage(
         patch.setenv(paths.RETRY_ENV, retry)
         for name, value in env.items():
             patch.setenv(name, value)
+        paths.use_storage()  # a gcsfs client made directly follows the policy too
         yield proxy

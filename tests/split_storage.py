@@ -10,6 +10,7 @@ import gcsfs
 from etils.epath import backend
 
 from tests import gcs_emulator, gcs_faults
+from xlnet_jax.launch import local
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -37,8 +38,8 @@ def two_paths(bucket: str) -> Iterator[tuple[str, PathProxy, PathProxy]]:
     """One emulator with `bucket`, reached through two proxies; yields (its URL, the
     proxies)."""
     with gcs_emulator.running(bucket) as upstream:
-        first = PathProxy(upstream, gcs_faults._free_port())
-        second = PathProxy(upstream, gcs_faults._free_port())
+        first = PathProxy(upstream, local.free_port())
+        second = PathProxy(upstream, local.free_port())
         try:
             yield upstream, first, second
         finally:

@@ -1,6 +1,6 @@
-"""Statistics of the attention dropout mask (kernels/dropout.py), which the XLA path and the
-kernel share: the keep rate, and no correlation between neighbouring entries (along the
-queries and the keys), rows, heads, or masks of different rng keys (steps, layers, streams).
+"""Statistics of the attention dropout mask (model/kernels/dropout.py), which the XLA path
+and the kernel share: the keep rate, and no correlation between neighbouring entries (along
+the queries and the keys), rows, heads, or masks of different rng keys (steps, layers, streams).
 
 Every bound is 4 sigma of the statistic under independent Bernoulli entries.
 """

@@ -18,6 +18,7 @@ from tests import train_harness as harness
 from tests.gcs_faults import Fault
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import checkpointer as checkpointer_module
+from xlnet_jax.checkpoint import tensorstore_adapter
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.checkpoint.train_state import TrainState
@@ -30,9 +31,9 @@ FAST = "attempts=2,first_delay_s=0.05,max_delay_s=0.1,budget_s=2"
 @pytest.fixture(scope="module")
 def proxy():
     with gcs_faults.faulty_storage(seed=11, retry=FAST) as proxy:
-        checkpointer_module._configure_tensorstore_retries(paths.retry_policy())
+        tensorstore_adapter.use_gcs_retries(paths.retry_policy())
         yield proxy
-    checkpointer_module._configure_tensorstore_retries(paths.RetryPolicy())
+    tensorstore_adapter.use_gcs_retries(paths.RetryPolicy())
 
 
 pytestmark = pytest.mark.usefixtures("fresh_proxy")

@@ -17,8 +17,7 @@ from xlnet_jax.errors import ConfigError, MissingDependencyError, UsageError
 from xlnet_jax.hardware import chips
 from xlnet_jax.model.kernels import mesh as kernel_mesh
 from xlnet_jax.model.xlnet import uses_kernel
-from xlnet_jax.training import compile as aot
-from xlnet_jax.training import fit, sharding, targets
+from xlnet_jax.training import aot, aot_devices, fit, sharding
 from xlnet_jax.training.program import build_program
 
 
@@ -59,7 +58,7 @@ def test_auto_takes_the_kernel_where_mosaic_compiles_it(topology, dtype, kernel)
     XLA path for a bfloat16 step traced for v3; float32 and later chips get the kernel."""
     config = tiny_config()
     config.dtype = dtype
-    devices = list(targets.tpu_target(topology).devices)
+    devices = list(aot_devices.tpu_target(topology).devices)
     program = build_program(config, sharding.make_mesh(config, devices))
     with program.activate():
         assert uses_kernel(ModelConfig.from_config(config)) == kernel
@@ -101,9 +100,9 @@ def test_a_step_that_does_not_fit_is_followed_by_the_largest_batch_that_does(mon
     full, _ = aot.compile_train_step(config, "v5e:2x2")
     assert full.fits and full.rows == 16
     small = dataclasses.replace(
-        targets.tpu_target("v5e:2x2"), memory_bytes=full.peak_bytes * 3 // 4
+        aot_devices.tpu_target("v5e:2x2"), memory_bytes=full.peak_bytes * 3 // 4
     )
-    monkeypatch.setattr(targets, "tpu_target", lambda name, num_slices: small)
+    monkeypatch.setattr(aot_devices, "tpu_target", lambda name, num_slices: small)
     assert fit.compile_for(config, topology="v5e:2x2", gpu=None) == 3
     out = capsys.readouterr().out
     assert "batch per device 16 rows x 32 = 512 tokens" in out
@@ -144,7 +143,7 @@ def test_a_cloud_type_is_its_topology_and_the_report_names_both(cloud_named):
     """v5litepod-4 is v5e:2x2: the same devices, memory and peak, and both names in the
     report's first line, with its host and chips per host."""
     report, compiled = cloud_named
-    topology = targets.tpu_target("v5e:2x2")
+    topology = aot_devices.tpu_target("v5e:2x2")
     assert compiled is not None and report.target.devices == topology.devices
     assert (report.hbm_bytes, report.target.peak_flops) == (
         topology.memory_bytes,
@@ -189,12 +188,12 @@ def test_cli_on_success_prints_the_batch_per_device_and_nothing_on_stderr():
 def test_without_libtpu_the_error_names_the_tpu_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "libtpu", None)  # what find_spec sees when it is absent
     with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[tpu\]'"):
-        targets.tpu_target("v6e-128")  # a slice no other test describes (cached)
+        aot_devices.tpu_target("v6e-128")  # a slice no other test describes (cached)
 
 
 def test_an_unknown_gpu_is_one_line_listing_the_known_cards():
     with pytest.raises(ConfigError) as failure:
-        targets.gpu_target("h100")
+        aot_devices.gpu_target("h100")
     message = str(failure.value)
     assert "\n" not in message and "'h100'" in message
     assert all(name in message for name in chips.GPUS)
@@ -203,7 +202,7 @@ def test_an_unknown_gpu_is_one_line_listing_the_known_cards():
 def test_without_the_cuda_plugin_compile_gpu_names_the_gpu_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "jax_plugins.xla_cuda12", None)  # as find_spec sees it absent
     with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[gpu\]'"):
-        targets.gpu_target("h100-80gb")
+        aot_devices.gpu_target("h100-80gb")
 
 
 def test_compile_takes_one_target():

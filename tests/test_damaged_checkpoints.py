@@ -222,9 +222,10 @@ def test_resume_after_a_truncated_step_is_bit_exact(tmp_path):
 def test_fallback_prints_its_one_warning_and_nothing_else(tmp_path):
     """Issue 18: every array file of the newest step truncated, then corrupted, in turn, and
     10 more truncations of the file whose loss fails every read at once. A failed read used
-    to leave up to 100 `Event loop is closed` tracebacks behind (orbax_drain); the whole
-    output of the process must be, per case, one warning and the fallback to step 10, or
-    (damage in a file the restore never reads) step 12 restored, checksums intact."""
+    to leave up to 100 `Event loop is closed` tracebacks behind (drain_sync_loops in
+    checkpoint/orbax_adapter.py); the whole output of the process must be, per case, one
+    warning and the fallback to step 10, or (damage in a file the restore never reads) step
+    12 restored, checksums intact."""
     reference = harness.reference_run()
     expected = fallback_child.cases(reference / "checkpoints" / "12", repeats=10)
     result = subprocess.run(

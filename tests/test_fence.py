@@ -1,9 +1,13 @@
 """The fence (xlnet_jax/run/fence.py) in one process, through the fault proxy: once the
 lease can no longer be counted on, a write is refused before it is sent, a write retrying
 through the outage is cut at that moment (not at its retry budget), the watchdog and
-check() report it in one line; the lease's own requests and reads are not fenced. The
-TTL's environment variable is checked."""
+check() report it in one line; the lease's own requests and reads are not fenced. At the
+end of a run, a save still writing through an outage longer than the TTL keeps the fence up:
+its write is cut, never landing past the lease. The kill switch ends the process whatever
+its one line meets. The TTL's environment variable is checked."""
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,7 +16,7 @@ import pytest
 from tests import gcs_faults
 from tests.split_storage import clients_at
 from xlnet_jax import paths
-from xlnet_jax.errors import ConfigError, LeaseLostError, StorageError
+from xlnet_jax.errors import STORAGE_EXIT_CODE, ConfigError, LeaseLostError, StorageError
 from xlnet_jax.run import lease as lease_module
 from xlnet_jax.run.fence import Fence
 from xlnet_jax.run.lease import ObjectLease
@@ -103,6 +107,70 @@ def test_the_lease_renews_through_the_fence_and_writes_go_on(proxy):
         fence.close()
         holder.release()
     assert not paths.as_path(f"{ROOT}/renewing/.lock").exists()
+
+
+def test_the_exit_path_keeps_the_fence_while_a_save_still_writes(proxy):
+    """The run ends (its exit path) while a save's commit marker is retrying through an
+    outage longer than the TTL: the fence and the lease stay up, the marker is cut at the
+    lease's end and never lands when storage answers again."""
+    holder, fence, fired = _fenced(f"{ROOT}/exit/.lock")
+    marker = paths.as_path(f"{ROOT}/exit/checkpoints/6/commit_success.txt")
+    outage_s = TTL_S * 2
+    proxy.outage(outage_s)
+    ended = time.monotonic() + outage_s
+    outcome = {}
+
+    def finalize():  # orbax's finalize thread: its last write is the commit marker
+        try:
+            paths.retry(lambda: marker.write_bytes(b"done"), "committing step 6")
+        except Exception as e:  # noqa: BLE001 - the test checks which
+            outcome["error"] = e
+
+    save = threading.Thread(target=finalize)
+    save.start()
+    fence.release_when_quiet(holder, [save.is_alive])
+    save.join(timeout=outage_s + 30)
+    time.sleep(max(0.0, ended + 1 - time.monotonic()))  # storage answers again
+    assert not marker.exists(), "the save wrote past the lease"
+    assert isinstance(outcome.get("error"), LeaseLostError), outcome
+    assert fired and "was lost" in fired[0]
+
+
+@pytest.mark.parametrize("stream", ["full", "closed"])
+def test_the_kill_switch_ends_the_process_whatever_its_message_meets(stream):
+    """stderr a pipe nobody reads (full) or that nobody holds (closed): the watchdog's
+    end_process still exits with the storage exit code."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILL_SWITCH_CHILD, stream],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=lease_module.__file__.rsplit("/xlnet_jax/", 1)[0],
+    )
+    if stream == "closed":
+        child.stderr.close()
+    try:
+        assert child.wait(timeout=30) == STORAGE_EXIT_CODE
+    finally:
+        child.kill()
+        child.wait()
+
+
+KILL_SWITCH_CHILD = """
+import os, sys, threading, time
+from xlnet_jax.run import fence
+if sys.argv[1] == "full":
+    os.set_blocking(2, False)
+    try:
+        while True:
+            os.write(2, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(2, True)
+else:
+    time.sleep(1)  # until the parent closed its end
+threading.Thread(target=fence.end_process, args=("the lease was lost",), daemon=True).start()
+time.sleep(60)
+"""
 
 
 def test_a_local_workdir_is_not_fenced():

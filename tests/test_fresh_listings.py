@@ -2,8 +2,8 @@
 
 This test process is the long-lived reader: etils keeps its gcsfs filesystem for the
 process's lifetime. Another process changes the workdir under it, as tensorstore, another
-host or another run does, and the reader sees the change (xlnet_jax/paths.py switches
-gcsfs's listing cache off).
+host or another run does, and the reader sees the change (xlnet_jax/paths/__init__.py
+switches gcsfs's listing cache off).
 """
 
 import subprocess

@@ -10,7 +10,7 @@ from tests.train_config import get_config as train_config
 from xlnet_jax.errors import ConfigError, MissingDependencyError
 from xlnet_jax.hardware import chips, gpus, slices
 from xlnet_jax.launch import names
-from xlnet_jax.training import targets, train
+from xlnet_jax.training import aot_devices, train
 from xlnet_jax.training.metrics import read_metrics
 
 # A device_kind each chip of the table really reports (jax.Device.device_kind).
@@ -56,7 +56,7 @@ def test_every_chip_is_found_by_its_device_kind_and_gives_mfu_its_peak():
      ("v5e:2x2", "TPU v5e"), ("v5p:2x2x1", "TPU v5p"), ("v6e:2x2", "TPU v6e")],
 )  # fmt: skip
 def test_libtpu_devices_of_each_generation_find_their_chip(topology, chip):
-    target = targets.tpu_target(topology)
+    target = aot_devices.tpu_target(topology)
     assert target.chip.name == chip
     tpu = slices.parse_slice(topology)
     per_chip = len(target.devices) // tpu.chips  # 2 where libtpu shows each TensorCore
@@ -144,7 +144,7 @@ def test_a_run_on_a_v5e_reports_mfu_against_the_v5e_peak(monkeypatch, tmp_path, 
 def test_cards_below_sm80_take_the_xla_path_and_the_report_says_so(monkeypatch):
     """V100 is sm_70 and Triton needs sm_80 (the devices are not needed to decide it)."""
     monkeypatch.setattr(gpus, "gpu_devices", lambda card, count: ("device",) * count)
-    v100, h100 = targets.gpu_target("v100"), targets.gpu_target("h100-80gb:8")
+    v100, h100 = aot_devices.gpu_target("v100"), aot_devices.gpu_target("h100-80gb:8")
     assert v100.xla_attention_only and not h100.xla_attention_only
     assert v100.notes == [
         "  NVIDIA V100 16GB is sm_70; the Triton kernel needs sm_80: attention_impl=auto "

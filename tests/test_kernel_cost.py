@@ -14,7 +14,7 @@ import jax
 import pytest
 
 from configs.base import get_config as base_config
-from xlnet_jax.training import compile as aot
+from xlnet_jax.training import aot
 
 NARROW = dict(
     n_layer=1, d_model=32, n_head=2, d_head=64, d_inner=64, vocab_size=128, batch_size=8,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.launch_printed import read_back
-from xlnet_jax.launch import commands, local, pod, shell
+from xlnet_jax.launch import commands, local, pod, remote, shell
 
 pytestmark = pytest.mark.usefixtures("committed_tree")
 REPO = Path(__file__).resolve().parents[1]
@@ -31,8 +31,9 @@ GCLOUD = ["gcloud", "compute", "tpus", "tpu-vm"]
 WHERE = ["--zone=europe-west4-a", "--project=my-project"]
 SSH = [*GCLOUD, "ssh", "xlnet-v3", *WHERE, "--worker=all", "--command"]
 RUNNING = (
-    'running() { pid=$(cat ~/xlnet-jax-logs/train.pid 2>/dev/null) && grep -qs xlnet-jax '
-    '"/proc/$pid/cmdline"; }\n'
+    "running() { pid=$(cat ~/xlnet-jax-logs/train.pid 2>/dev/null) || return 1; "
+    'for p in $(pgrep -g "$pid"); do grep -qs xlnet-jax "/proc/$p/cmdline" && return 0; done; '
+    "return 1; }\n"
 )
 # Shell syntax that, if it ever ran, would leave PWNED* files (and nothing worse).
 HOSTILE = "a b'c\"d; touch PWNED1 $(touch PWNED2) `touch PWNED3` $HOME ~\nx & touch PWNED4 > w"
@@ -113,6 +114,7 @@ def test_train_dry_run(capsys):
     argv = ["--config", "configs/base.py", "--workdir", "gs://my-bucket/xlnet-base",
             "--config.num_train_steps=100000"]  # fmt: skip
     wrapper = (
+        "echo $$ > ~/xlnet-jax-logs/train.pid\n"
         'trap "kill -TERM \\$c" TERM\n'
         '"$@" & c=$!\n'
         "wait $c; s=$?\n"
@@ -123,12 +125,14 @@ def test_train_dry_run(capsys):
         "mkdir -p ~/xlnet-jax-logs || exit 1\n"
         f"{RUNNING}"
         "if running; then\n"
-        '  echo "$(hostname): already training (pid $pid); stop it first" >&2\n'
+        '  echo "$(hostname): already training (process group $pid); stop it first" >&2\n'
         "  exit 1\n"
         "fi\n"
         "cd ~/xlnet-jax || exit 1\n"
-        "rm -f ~/xlnet-jax-logs/train.exit\n"
-        f"nohup bash -c {shlex.quote(wrapper)} xlnet-jax \\\n"
+        "rm -f ~/xlnet-jax-logs/train.exit ~/xlnet-jax-logs/train.stopped\n"
+        "touch ~/xlnet-jax-logs/train.heartbeat || exit 1\n"
+        "XLNET_JAX_HEARTBEAT=~/xlnet-jax-logs/train.heartbeat setsid nohup \\\n"
+        f"  bash -c {shlex.quote(wrapper)} xlnet-jax \\\n"
         "  ~/xlnet-jax-venv/bin/xlnet-jax train \\\n"
         "  --distributed \\\n"
         "  --config=configs/base.py \\\n"
@@ -145,7 +149,7 @@ def test_status_logs_stop_delete_dry_run(capsys):
     assert printed(capsys, "status", *TPU) == [
         [*GCLOUD, "describe", "xlnet-v3", *WHERE],
         [*SSH, f"{RUNNING}if running; then\n"
-         '  echo "$(hostname): training (pid $pid)"\n'
+         '  echo "$(hostname): training (process group $pid)"\n'
          "else\n"
          '  echo "$(hostname): not training"\n'
          "fi\n"
@@ -160,14 +164,20 @@ def test_status_logs_stop_delete_dry_run(capsys):
          '  echo "$(hostname): not training"\n'
          "  exit 0\n"
          "fi\n"
-         'kill -TERM "$pid"\n'
+         "touch ~/xlnet-jax-logs/train.stopped\n"
+         'kill -TERM -- "-$pid"\n'
          "for _ in $(seq 120); do running || break; sleep 1; done\n"
+         "if ! running; then\n"
+         '  echo "$(hostname): stopped process group $pid"\n'
+         "  exit 0\n"
+         "fi\n"
+         'kill -KILL -- "-$pid"\n'
+         "for _ in $(seq 50); do running || break; sleep 0.1; done\n"
          "if running; then\n"
-         '  kill -KILL "$pid"\n'
-         '  echo "$(hostname): killed pid $pid"\n'
-         "else\n"
-         '  echo "$(hostname): stopped pid $pid"\n'
-         "fi"],
+         '  echo "$(hostname): process group $pid survived SIGKILL" >&2\n'
+         "  exit 1\n"
+         "fi\n"
+         'echo "$(hostname): killed process group $pid"'],
     ]  # fmt: skip
     assert printed(capsys, "delete", *TPU) == [[*GCLOUD, "delete", "xlnet-v3", *WHERE]]
     assert printed(capsys, "delete", *TPU, "--queued", "--yes") == [
@@ -312,17 +322,72 @@ def test_hostile_values_survive_two_real_shells(tmp_path, capsys):
             override,
         ]
         assert not list(tmp_path.rglob("PWNED*"))
-        assert "training (pid" in launch("status")
+        assert "training (process group" in launch("status")
         again = launch("train", "--config", "c.py", "--workdir", "gs://b/w", code=1)
         assert "already training" in again
         log = home / "xlnet-jax-logs" / f"train-{socket.gethostname()}.log"
         wait_for(lambda: "fake trainer up" in log.read_text())
         assert "fake trainer up" in launch("logs", "--lines", "5")
-        assert f"stopped pid {pid}" in launch("stop", "--grace", "10")
+        assert f"stopped process group {pid}" in launch("stop", "--grace", "10")
         assert "not training" in launch("status")
     finally:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGKILL)
+
+
+FAKE_STUBBORN = """
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a save that takes 20 s, say
+open("trainer.pid", "w").write(str(os.getpid()))
+time.sleep(20)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("wrapper_dies", [False, True], ids=["stubborn", "orphaned"])
+def test_stop_ends_the_trainer_itself_and_leaves_no_orphan(tmp_path, wrapper_dies):
+    """A trainer that ignores SIGTERM for 20 s, its wrapper alive or killed: `outcome` says
+    running while it lives, `train` refuses to start beside it, `stop` ends it."""
+    home = tmp_path / "home"
+    (home / "xlnet-jax").mkdir(parents=True)
+    (home / "xlnet-jax-venv" / "bin").mkdir(parents=True)
+    executable(home / "xlnet-jax-venv" / "bin" / "xlnet-jax", FAKE_STUBBORN)
+    env = {**os.environ, "HOME": str(home)}
+
+    def bash(script: str, code: int = 0) -> str:
+        result = subprocess.run(
+            ["bash", "-c", script], cwd=home, env=env, capture_output=True, text=True, timeout=30
+        )
+        assert result.returncode == code, result.stdout + result.stderr
+        return result.stdout + result.stderr
+
+    train = remote.train(["train", "--config=c.py", "--workdir=w"])
+    bash(train)
+    pid_file = home / "xlnet-jax" / "trainer.pid"
+    wait_for(lambda: pid_file.exists() and pid_file.read_text())
+    trainer = int(pid_file.read_text())
+    try:
+        if wrapper_dies:
+            os.kill(int((home / "xlnet-jax-logs" / "train.pid").read_text()), signal.SIGKILL)
+            time.sleep(0.2)
+        assert bash(remote.outcome()).split()[2] == "running"
+        assert "already training" in bash(train, code=1)
+        started = time.monotonic()
+        assert "killed process group" in bash(remote.stop(1))
+        assert not _alive(trainer), "the trainer outlived `stop`"
+        assert time.monotonic() - started < 10
+        assert bash(remote.outcome()).split()[2] == "stopped"
+    finally:
+        if _alive(trainer):
+            os.kill(trainer, signal.SIGKILL)
 
 
 FAKE_GCLOUD = """
@@ -416,6 +481,14 @@ if flags.get("config.exit_once") and not os.path.exists(os.path.join(flags["work
         open(os.path.join(flags["workdir"], "exited"), "w").close()
         sys.exit(int(flags["config.exit_once"]))
     time.sleep(60)  # stopped by the launcher
+if flags.get("config.fail_together"):  # process 1's own error, then process 0 loses it
+    mark = os.path.join(flags["workdir"], "failing")
+    if i == 1:
+        open(mark, "w").close()
+        sys.exit(1)
+    while not os.path.exists(mark):
+        time.sleep(0.01)
+    sys.exit(5)
 if flags.get("config.fail") == str(i):
     time.sleep(float(flags.get("config.fail_after", 0)))
     print("ValueError: boom", file=sys.stderr)
@@ -487,6 +560,28 @@ def test_local_failure_stops_the_others_and_names_the_log(tmp_path, capsys, fake
     if alive:
         os.kill(pid_0, signal.SIGKILL)
     assert not alive, "process 0 was left running"
+
+
+def test_local_reports_the_final_failure_of_processes_that_fail_together(
+    tmp_path, capsys, fake_train, monkeypatch
+):
+    """Process 1's own error (1) and process 0's lost peer (5), seen in one poll: 1, as on a
+    pod, and no restart."""
+    monkeypatch.setattr(local, "POLL_SECONDS", 1.0)
+    workdir = tmp_path / "run"
+    code = local_train(fake_train, workdir, "--config.fail_together=1", "--max-restarts", "2")
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "process 1 exited with code 1" in err and "training again" not in err
+
+
+def test_local_stops_a_job_whose_process_is_hung(tmp_path, capsys, fake_train):
+    """No heartbeat from the training loop for --hang-timeout: the job lost a process."""
+    start = time.monotonic()
+    code = local_train(fake_train, tmp_path / "run", "--config.sleep=60", "--hang-timeout", "1")
+    assert code == 5 and time.monotonic() - start < 15
+    err = capsys.readouterr().err
+    assert "made no training progress for" in err and "(--hang-timeout=1): hung" in err
 
 
 def test_local_timeout(tmp_path, capsys, fake_train):

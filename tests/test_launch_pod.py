@@ -1,5 +1,7 @@
 """The pod launcher: software version per TPU generation, slice flags, multislice and
-queued-resource ssh, and `launch run`'s preemption loop against a stand-in gcloud."""
+queued-resource ssh, and `launch run`'s loop against a stand-in gcloud that answers for each
+of two workers: preemptions, a final error on a worker other than 0, a hung worker, a
+trainer stopped before its last step on a READY slice, a stop the user asked for."""
 
 import json
 import os
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.launch_printed import read_back
-from xlnet_jax.errors import STORAGE_EXIT_CODE
+from xlnet_jax.errors import STOPPED_EXIT_CODE, STORAGE_EXIT_CODE
 from xlnet_jax.launch import commands, job, pod, remote
 from xlnet_jax.launch.pod import _parse
 
@@ -105,6 +107,8 @@ s = json.load(open(state_file))
 args = sys.argv[1:]
 s["calls"].append(" ".join(args[:5]))
 verb = args[3]
+if len(s["calls"]) > 300:  # a launcher that polls forever: the slice goes, the job ends
+    s["state"] = "TERMINATED"
 if verb == "describe":
     if s["state"] is None:
         print("ERROR: NOT_FOUND", file=sys.stderr); code = 1
@@ -114,17 +118,23 @@ elif verb == "create":
     s["state"], code = "READY", 0
 elif verb == "delete":
     s["state"], code = None, 0
-else:  # ssh
+else:  # ssh, on --worker=all or on one worker
     script = args[args.index("--command") + 1]
+    worker = next(a.split("=", 1)[1] for a in args if a.startswith("--worker="))
+    workers = range(2) if worker == "all" else [int(worker)]
     code = 0
-    if "train.exit" in script and "nohup" in script:
+    if "nohup" in script:
         s["trains"] += 1
-    elif "train.exit" in script:  # the outcome poll
+    elif "$worker running" in script:  # the outcome poll
         if s["trains"] <= s["preempt"]:
-            s["state"] = "PREEMPTED"; print("running")
+            s["state"] = "PREEMPTED"
+            outcomes = ["running 0"] * 2
         else:
-            code_ = s["exit"].pop(0) if isinstance(s["exit"], list) else s["exit"]
-            print(f"exit {code_}")
+            outcomes = s["exit"].pop(0) if isinstance(s["exit"], list) else s["exit"]
+            if isinstance(outcomes, int):
+                outcomes = [f"exit {outcomes}"] * 2
+        for i in workers:
+            print(f"worker xl-w-{i} {outcomes[i]}")
 json.dump(s, open(state_file, "w"))
 sys.exit(code)
 """
@@ -134,7 +144,8 @@ def run_job(
     tmp_path, monkeypatch, *, preempt: int, exit_code: int | list = 0, max_restarts: int = 2
 ):
     """`launch run` with a stand-in gcloud whose slice is preempted `preempt` times; the
-    trainer ends with `exit_code` (a list: one code per training, in turn)."""
+    workers' outcomes at each poll are `exit_code` (a list: one per poll, in turn), each an
+    exit code of both workers or a list of remote.outcome's words per worker."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     gcloud = bin_dir / "gcloud"
@@ -226,3 +237,40 @@ def test_storage_failures_count_among_the_restarts(tmp_path, monkeypatch, capsys
     code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[STORAGE_EXIT_CODE] * 3)
     assert code == STORAGE_EXIT_CODE and state["trains"] == 3
     assert "training ended with exit code 4" in capsys.readouterr().err
+
+
+def test_a_final_error_on_another_worker_ends_the_job_naming_it(tmp_path, monkeypatch, capsys):
+    """Worker 1's data error (1) makes worker 0 lose a process (5): not a restart."""
+    code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[["exit 5", "exit 1"]])
+    assert code == 1 and state["trains"] == 1
+    err = capsys.readouterr().err
+    assert "training ended with exit code 1 (worker xl-w-1)" in err and "training again" not in err
+
+
+def test_a_hung_worker_is_stopped_everywhere_and_restarted(tmp_path, monkeypatch, capsys):
+    hung = [f"running {job.HANG_S + 1}", "running 2"]  # worker 0 made no step for too long
+    code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[hung, 0])
+    assert code == 0 and state["trains"] == 2
+    verbs = [call.split()[3] for call in state["calls"]]
+    assert verbs[5:] == ["describe", "ssh", "ssh", "describe", "ssh", "describe", "ssh"]
+    err = capsys.readouterr().err
+    assert f"worker xl-w-0 made no training progress for {job.HANG_S + 1} s" in err
+    assert "(exit code 5); training again in 30 s on every worker" in err
+
+
+def test_a_trainer_stopped_before_its_last_step_on_a_ready_slice_is_resumed(
+    tmp_path, monkeypatch, capsys
+):
+    """A maintenance event's SIGTERM: the trainers save and exit 6 before gcloud reports
+    anything; the slice stays READY."""
+    code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[STOPPED_EXIT_CODE, 0])
+    assert code == 0 and state["trains"] == 2
+    err = capsys.readouterr().err
+    assert "a trainer was stopped before its last step" in err
+    assert "training ended with exit code 0 on every worker" in err
+
+
+def test_a_stop_the_user_asked_for_ends_the_job(tmp_path, monkeypatch, capsys):
+    code, state = run_job(tmp_path, monkeypatch, preempt=0, exit_code=[["stopped", "running 1"]])
+    assert code == STOPPED_EXIT_CODE and state["trains"] == 1
+    assert "(worker xl-w-0, stopped by `launch stop`)" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xlnet_jax.errors import STORAGE_EXIT_CODE
+from xlnet_jax.errors import STOPPED_EXIT_CODE, STORAGE_EXIT_CODE
 from xlnet_jax.launch import restarts, supervise
 
 # What a survivor printed here (jax 0.10.2) when its peer, process 1, was SIGKILLed.
@@ -112,10 +112,12 @@ def test_only_multi_process_commands_are_supervised(monkeypatch):
     [
         (STORAGE_EXIT_CODE, "object storage kept failing"),
         (supervise.PEER_LOST_EXIT_CODE, "the job lost a process"),
+        (STOPPED_EXIT_CODE, "a trainer was stopped before its last step (a preemption notice?)"),
         (137, "a trainer was killed (SIGKILL)"),
         (134, "a trainer was killed (SIGABRT)"),
+        (143, "a trainer was killed (SIGTERM)"),  # before the loop could save
         (0, None), (1, None), (2, None), (3, None),
-        (130, None), (143, None),  # SIGINT, SIGTERM: someone asked it to stop
+        (130, None),  # SIGINT: someone asked it to stop
     ],
 )  # fmt: skip
 def test_the_restart_policy(code, cause):

@@ -98,3 +98,38 @@ def test_sync_gives_up_after_metrics_wait_s_in_one_line(proxy, monkeypatch, capl
     assert any("not uploaded to" in r.getMessage() for r in caplog.records)
     writer.close()  # storage answers again: the mirror's records get there
     assert _remote_steps(f"{ROOT}/metrics-sync-down") == {1}
+
+
+def test_the_last_upload_lands_after_an_older_one_still_in_flight(proxy):
+    """An older upload stalled in flight must not land after close()'s, cutting the tail."""
+    workdir = f"{ROOT}/metrics-order"
+    writer = MetricsWriter(workdir)
+    stall = proxy.add(
+        gcs_faults.Fault("stall", stall_s=3, times=1, classes=("write", "chunk"),
+                         match="metrics-order/metrics.jsonl")
+    )  # fmt: skip
+    writer.write(1, {"loss": 1.0})
+    deadline = time.monotonic() + 10
+    while stall.times:
+        assert time.monotonic() < deadline, "the first upload never started"
+        time.sleep(0.02)
+    stalled_at = time.monotonic()
+    writer.write(2, {"loss": 2.0})
+    writer.close()
+    time.sleep(max(0.0, stalled_at + 3.5 - time.monotonic()))  # the stalled one has landed
+    assert _remote_steps(workdir) == {1, 2}
+
+
+def test_eval_beside_a_live_run_adds_its_rows_without_rewriting_the_runs(proxy):
+    workdir = f"{ROOT}/metrics-eval"
+    trainer = MetricsWriter(workdir)
+    trainer.write(1, {"loss": 1.0})
+    trainer.write(2, {"loss": 2.0})
+    trainer.sync()
+    evaluation = MetricsWriter(workdir, holds_workdir=False)
+    evaluation.write(2, {"loss": 1.5, "accuracy": 0.5}, kind="eval")
+    evaluation.close()
+    trainer.write(3, {"loss": 3.0})
+    trainer.close()
+    assert set(read_metrics(workdir)) == {1, 2, 3}
+    assert read_metrics(workdir, kind="eval")[2]["loss"] == 1.5

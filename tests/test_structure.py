@@ -2,14 +2,23 @@
 family."""
 
 import ast
+import functools
 import inspect
 import pathlib
+import re
+import subprocess
 
 import xlnet_jax
 from xlnet_jax import errors
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "xlnet_jax"
+
+
+@functools.cache
+def _parsed(path: pathlib.Path) -> ast.Module:
+    """A source file's tree, parsed once for all the tests of this file."""
+    return ast.parse(path.read_text())
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -20,7 +29,7 @@ def _module_name(path: pathlib.Path) -> str:
 def _imports(path: pathlib.Path) -> set[str]:
     """The xlnet_jax modules `path` imports (anywhere in the file, lazy imports included)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -43,7 +52,7 @@ def test_the_train_step_is_jitted_in_one_place():
         str(p.relative_to(REPO))
         for p in sources
         if p.name != "test_structure.py"
-        for node in ast.walk(ast.parse(p.read_text()))
+        for node in ast.walk(_parsed(p))
         if isinstance(node, ast.Call)
         and ast.unparse(node.func) == "jax.jit"
         and "train_step" in ast.unparse(node.args[0] if node.args else node)
@@ -90,7 +99,7 @@ def test_an_upward_import_is_caught():
 
 def test_every_package_says_what_it_owns_and_may_import():
     for init in PACKAGE.glob("*/__init__.py"):
-        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        doc = ast.get_docstring(_parsed(init)) or ""
         assert "import" in doc.lower(), f"{init.relative_to(REPO)}: say what the package may import"
 
 
@@ -152,10 +161,41 @@ def test_every_error_class_of_the_package_is_one_family():
     never shown to a user, excepted)."""
     outside = []
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
                 if not node.name.startswith("_") and path.name != "errors.py":
                     outside.append(f"{path.relative_to(REPO)}:{node.name}")
     assert outside == [], "define user-facing errors in xlnet_jax/errors.py"
     for _, cls in inspect.getmembers(errors, inspect.isclass):
         assert issubclass(cls, errors.XLNetJaxError)
+
+
+# A file name in prose: a path of words ending .py or .md, not part of a longer name.
+_NAMED_FILE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:py|md))\b")
+
+
+def test_every_file_a_docstring_names_exists():
+    """A docstring that names a file (`meta.py`, `docs/storage.md`, `run/lease.py`) names
+    one that exists: a bare name anywhere in the repository, a path from the repository,
+    the package, or the docstring's own folder or the one above it."""
+    roots = ("xlnet_jax", "configs", "benchmarks", "scripts", "tests", "tests_gpu")
+    sources = [p for root in roots for p in (REPO / root).rglob("*.py")]
+    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    files = subprocess.run(listed, cwd=REPO, capture_output=True, text=True, check=True).stdout
+    names = {pathlib.Path(f).name for f in files.split()}
+    missing = []
+    for path in sources:
+        for node in ast.walk(_parsed(path)):
+            if not isinstance(
+                node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+            ):
+                continue
+            for named in _NAMED_FILE.findall(ast.get_docstring(node) or ""):
+                if "/" not in named:
+                    found = named in names
+                else:
+                    bases = (REPO, PACKAGE, path.parent, path.parent.parent)
+                    found = any((base / named).exists() for base in bases)
+                if not found:
+                    missing.append(f"{path.relative_to(REPO)}: {named}")
+    assert missing == []

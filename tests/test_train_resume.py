@@ -19,7 +19,7 @@ from tests.train_config import get_config
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.streams import StreamBatcher
-from xlnet_jax.errors import ConfigError
+from xlnet_jax.errors import STOPPED_EXIT_CODE, ConfigError
 from xlnet_jax.model.xlnet import XLNetLM
 from xlnet_jax.training import evaluate, run_config, steps
 
@@ -117,12 +117,14 @@ def test_sigkill_then_resume_is_bit_exact_through_the_kernel_with_dropout(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("sig", "status", "name"), [(signal.SIGTERM, 0, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")]
+    ("sig", "status", "name"),
+    [(signal.SIGTERM, STOPPED_EXIT_CODE, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")],
 )
 def test_signal_saves_stops_and_the_rerun_continues_bit_exact(
     straight, tmp_path, sig, status, name
 ):
-    """SIGTERM (exit 0) and Ctrl-C (exit 130, as a shell reports it) save, then resume."""
+    """SIGTERM (exit 6: stopped before the last step, never taken for done) and Ctrl-C (exit
+    130, as a shell reports it) save, then resume."""
     workdir = tmp_path / "preempted"
     process = harness.start(workdir, step_delay=0.5)
     harness.wait_for(lambda: 3 in harness.losses(workdir), process, workdir)

@@ -1,7 +1,7 @@
 """The whole base train step compiled for an H100 through XLA's GPU pipeline, from a CPU.
 
 Runs in its own CI leg (scripts/test_gpu_compile.sh), in a venv with jax's CUDA plugin,
-which the main suite must not see. `targets.gpu_target` describes the card from the chip
+which the main suite must not see. `aot_devices.gpu_target` describes the card from the chip
 table's facts, with no GPU; XLA's GPU compiler then compiles the step, the Triton attention
 kernels included (XLA checks their shared memory against the card), to a cubin, and plans
 its memory. `python -m tests_gpu.test_h100_step` prints the figures of docs/gpus.md.
@@ -13,8 +13,7 @@ import pytest
 
 from configs.base import get_config as base_config
 from xlnet_jax.hardware.chips import GIB
-from xlnet_jax.training import compile as aot
-from xlnet_jax.training import targets
+from xlnet_jax.training import aot, aot_devices
 
 BATCH = 16  # issue 15's measured H100 step: base width, batch 16, bf16
 TRITON = "xlnet_relative_attention_triton"  # our kernels; XLA's own GEMM fusions are __triton*
@@ -23,7 +22,7 @@ TRITON = "xlnet_relative_attention_triton"  # our kernels; XLA's own GEMM fusion
 def compile_base(attention_impl: str):
     config = base_config()
     config.update(batch_size=BATCH, attention_impl=attention_impl)
-    return aot.compile_train_step(config, targets.gpu_target("h100-80gb"))
+    return aot.compile_train_step(config, aot_devices.gpu_target("h100-80gb"))
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,13 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from xlnet_jax.errors import STORAGE_EXIT_CODE, StorageError, UsageError, XLNetJaxError
+from xlnet_jax.errors import (
+    STOPPED_EXIT_CODE,
+    STORAGE_EXIT_CODE,
+    StorageError,
+    UsageError,
+    XLNetJaxError,
+)
 
 # The shell's status for a process stopped by Ctrl-C (128 + SIGINT).
 INTERRUPTED_EXIT_CODE = 130
@@ -245,6 +251,8 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
         train.train_and_evaluate(config, workdir, profile_steps=fv.profile_steps, **options)
     except train.SavedAndInterrupted:  # the loop printed how to continue
         _exit_now(INTERRUPTED_EXIT_CODE)
+    except train.StoppedBeforeEnd:  # saved and said so; not finished: `launch run` resumes
+        _exit_now(STOPPED_EXIT_CODE)
     return 0
 
 

@@ -56,6 +56,11 @@ class MissingDependencyError(XLNetJaxError, ImportError):
 # The CLI's exit code for a StorageError: storage, not the run, failed, so `launch run`
 # trains again (resuming) instead of ending the job.
 STORAGE_EXIT_CODE = 4
+# The CLI's exit code for a trainer stopped by a signal (SIGTERM: a preemption notice, a
+# maintenance event, `launch stop`) before num_train_steps, after it saved: not finished, so
+# `launch run` trains again (resuming) unless the user asked it to stop. Only a run that
+# reached its last step exits 0.
+STOPPED_EXIT_CODE = 6
 
 
 class StorageError(XLNetJaxError, RuntimeError):
@@ -70,3 +75,11 @@ class SavesFailedError(StorageError, CheckpointError):
 class LeaseLostError(StorageError, WorkdirError):
     """This run can no longer be sure it holds its workdir lease (run/lease.py): it writes
     nothing more, and a rerun (`launch run` pauses and trains again) resumes."""
+
+
+def one_line(error: BaseException, limit: int = 160) -> str:
+    """Another library's exception as `Type: first line`, cut to `limit` characters, for a
+    message of ours that names it (storage and tensorstore errors run to many lines)."""
+    lines = str(error).strip().splitlines() or [""]
+    text = f"{type(error).__name__}: {lines[0]}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

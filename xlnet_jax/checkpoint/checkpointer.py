@@ -5,8 +5,8 @@ steps), `mems` (the recurrence memory, kept apart so a run with a new global bat
 restore everything else) and `meta` (the config, the corpus fingerprint, the data
 position and a checksum of every saved array, as JSON: parsed as data, never executed).
 
-The meta and its compatibility rules are in checkpoint_meta.py, the checksums in
-checkpoint_checksums.py, single-device reads for export and tests in checkpoint_reader.py.
+The meta and its compatibility rules are in meta.py, the checksums in checksums.py,
+single-device reads for export and tests in reader.py.
 
 Saves never hang the loop; each phase has a deadline from paths.RetryPolicy or the config:
 - the synchronous phase (orbax's directories and metadata, before save() returns) runs
@@ -21,7 +21,7 @@ failed: then the run stops naming the newest complete step. orbax marks a step c
 only once all of it is written (a rename, or commit_success.txt on object storage, written
 last), so a failed or given-up save leaves no step that restores as complete. tensorstore's
 gcs driver retries each request with the policy's attempts and delays
-(`gcs_request_retries`). In a training run on gs://, every write is also bounded by the
+(tensorstore_adapter.py). In a training run on gs://, every write is also bounded by the
 workdir lease (run/fence.py): a save in flight when the lease can no longer be counted on
 dies uncommitted with its process.
 
@@ -45,35 +45,18 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
-from orbax.checkpoint._src.checkpoint_managers import preservation_policy
-from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint import orbax_drain
+from xlnet_jax.checkpoint import orbax_adapter, tensorstore_adapter
 from xlnet_jax.checkpoint.checksums import tree_checksums, verify_checksums
-from xlnet_jax.checkpoint.meta import DamagedStep, check_compatible, looks_like_meta, one_line
+from xlnet_jax.checkpoint.meta import DamagedStep, check_compatible, looks_like_meta
 from xlnet_jax.checkpoint.train_state import TrainState
-from xlnet_jax.errors import CheckpointError, SavesFailedError
+from xlnet_jax.errors import CheckpointError, SavesFailedError, one_line
 
 log = logging.getLogger(__name__)
-orbax_drain.install()  # a fallback from a damaged step prints its warning and nothing else
 
 
-def _configure_tensorstore_retries(policy: paths.RetryPolicy) -> None:
-    """Gives every tensorstore context orbax makes the policy's gcs retries."""
-    retries = {
-        "max_retries": policy.attempts,
-        "initial_delay": f"{policy.first_delay_s}s",
-        "max_delay": f"{policy.max_delay_s}s",
-    }
-    for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
-        context["gcs_request_retries"] = retries
-
-
-_configure_tensorstore_retries(paths.retry_policy())
-
-
-class _KeepNewestComplete(preservation_policy.PreservationPolicy):
+class _KeepNewestComplete(ocp.checkpoint_managers.PreservationPolicy):
     """Keeps the newest `n` steps known complete, and every step not yet known complete
     (the save in flight, or one that failed): orbax deletes only what this lets go."""
 
@@ -94,6 +77,8 @@ class Checkpointer:
         self.damaged_directory = self.directory.parent / "checkpoints_damaged"
         self._policy = paths.retry_policy()
         self._save_wait_s, self._failed_saves = config.save_wait_s, config.failed_saves
+        tensorstore_adapter.use_gcs_retries(self._policy)
+        orbax_adapter.drain_sync_loops()  # a fallback from a damaged step prints one warning
         self._complete: set[int] = set()  # steps seen finalised: listed, or checked after a save
         # The step's directories are made in save() itself: made in the background, a
         # failure there leaves orbax's other save threads waiting 300 s for its signal.
@@ -174,6 +159,10 @@ class Checkpointer:
         if not self._settle(self._save_wait_s, final=True):
             raise SavesFailedError(self._gave_up())
         self.manager.close()
+
+    def writing(self) -> bool:
+        """Whether a save may still write to storage (one that close() gave up on too)."""
+        return self._in_flight is not None and self.manager.is_saving_in_progress()
 
     def _settle(self, timeout: float, final: bool = False) -> bool:
         """Waits up to `timeout` s for the save in flight and records how it ended; False

@@ -60,10 +60,3 @@ def looks_like_meta(meta) -> bool:
 
 class DamagedStep(Exception):
     """One checkpoint step cannot be read; the message says which part and why (one line)."""
-
-
-def one_line(error: Exception, limit: int = 160) -> str:
-    """An exception as `Type: first line`, cut to `limit` characters (tensorstore is verbose)."""
-    lines = str(error).strip().splitlines() or [""]
-    text = f"{type(error).__name__}: {lines[0]}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -7,12 +7,11 @@ import ml_collections
 import orbax.checkpoint as ocp
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint import orbax_drain
+from xlnet_jax.checkpoint import orbax_adapter, tensorstore_adapter
 from xlnet_jax.checkpoint.checksums import verify_checksums
-from xlnet_jax.checkpoint.meta import DamagedStep, one_line
-from xlnet_jax.errors import CheckpointError
-
-orbax_drain.install()  # a damaged file gives one error line, no event-loop tracebacks
+from xlnet_jax.checkpoint.meta import DamagedStep
+from xlnet_jax.config import from_saved
+from xlnet_jax.errors import CheckpointError, one_line
 
 
 def read_checkpoint(workdir: str, step: int | None = None) -> dict:
@@ -24,6 +23,8 @@ def read_checkpoint(workdir: str, step: int | None = None) -> dict:
     directory = paths.as_path(workdir) / "checkpoints"
     if not directory.is_dir():
         raise CheckpointError(f"{workdir} holds no checkpoints/ directory; is it a train workdir?")
+    tensorstore_adapter.use_gcs_retries(paths.retry_policy())
+    orbax_adapter.drain_sync_loops()  # a damaged file gives one error line, no tracebacks
     # orbax warns about every read-only manager (and each read_only default it overrides):
     # reading is what this function is for, so neither is news to the user.
     absl_log = logging.getLogger("absl")
@@ -91,9 +92,8 @@ def _restore_on_one_device(manager: ocp.CheckpointManager, step: int) -> dict:
 def load_trained_params(workdir: str) -> tuple[ml_collections.ConfigDict, dict, int]:
     """The config, params and step of a workdir's newest checkpoint (export, init_from)."""
     checkpoint = read_checkpoint(workdir)
-    config = ml_collections.ConfigDict(checkpoint["meta"]["config"])
-    config.logical_axis_rules = tuple(
-        (name, tuple(axes) if isinstance(axes, list) else axes)
-        for name, axes in config.logical_axis_rules
+    return (
+        from_saved(checkpoint["meta"]["config"]),
+        checkpoint["state"]["params"],
+        checkpoint["step"],
     )
-    return config, checkpoint["state"]["params"], checkpoint["step"]

@@ -39,10 +39,10 @@ __all__ = [
     "data_ranges",
     "default_config",
     "mesh_shape",
+    "from_saved",
     "published_setting",
     "view",
     "view_problem",
-    "with_missing_fields",
 ]
 
 # Fields that fix the parameter shapes or the function the params compute: never changed
@@ -57,19 +57,25 @@ def default_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({field.name: field.default for field in FIELDS})
 
 
-def view_problem(view) -> str | None:
+def view_problem(frozen) -> str | None:
     """The first field of a frozen view (ModelConfig, PLMConfig) outside its declared kind
     or range, as 'NAME: must be ... (got V)', or None."""
-    for name, value in dataclasses.asdict(view).items():
+    for name, value in dataclasses.asdict(frozen).items():
         if problem := value_problem(BY_NAME[name], value):
             return f"{name}: {problem}"
     return None
 
 
-def with_missing_fields(values: dict) -> dict:
-    """`values` (a saved config.json's) with each field it lacks at the value that a config
-    saved before the field existed means (Field.saved_before), so old workdirs resume."""
-    return {**{f.name: f.legacy for f in FIELDS if f.name not in values}, **values}
+def from_saved(values: dict) -> ml_collections.ConfigDict:
+    """The config a saved one (config.json, a checkpoint's meta) describes: each field it
+    lacks at the value a config saved before the field existed means (Field.saved_before),
+    so old workdirs resume; the axis rules' JSON lists back to tuples."""
+    values = {**{f.name: f.legacy for f in FIELDS if f.name not in values}, **values}
+    values["logical_axis_rules"] = tuple(
+        (name, tuple(axes) if isinstance(axes, list) else axes)
+        for name, axes in values["logical_axis_rules"]
+    )
+    return ml_collections.ConfigDict(values)
 
 
 def cpu_demo_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -94,7 +100,7 @@ def cpu_demo_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The paper's sequence layout, objective and optimisation (XLNET_REFERENCE.md 3-4), in
+    """The paper's sequence layout, objective and optimisation (docs/published.md), in
     bfloat16 with remat for TPU; base and large add their widths."""
     c.vocab_size = 32000
     c.ff_activation = "gelu"

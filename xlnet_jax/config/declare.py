@@ -55,7 +55,7 @@ class Field:
       part: the part of the program it belongs to, a key of fields.PARTS.
       doc: one line for the manual's config reference.
       range: its own valid values, checked after its kind; relations between fields are
-        config/checks.py's.
+        run/validate.py's.
       tags: ARCHITECTURE, SCHEDULE: the lists of fields with a rule of their own.
       standalone: what its part's view takes when made without a config (a test, an HF
         import): REQUIRED (it must be given), SAME (the default) or a value.

@@ -147,9 +147,19 @@ def _flatten(documents) -> FlatSplit:
     return FlatSplit(np.concatenate(tokens), np.concatenate(starts).astype(np.int64))
 
 
+def unigram_counts(manifest: Manifest, split: str, vocab_size: int) -> np.ndarray:
+    """How often each piece id occurs in `split`, int64 [vocab_size]."""
+    return np.bincount(load_split(manifest, split).tokens, minlength=vocab_size)
+
+
+def cross_entropy(probs: np.ndarray, model: np.ndarray) -> float:
+    """-sum(probs * log(model)) in nats: the entropy of `probs` where `model` is `probs`."""
+    return float(-(probs * np.log(model)).sum())
+
+
 def unigram_entropy(manifest: Manifest, vocab_size: int) -> float:
     """Entropy in nats of the train split's unigram distribution: the loss a model that
     ignores all context would reach, the baseline a PLM's held-out loss should beat."""
-    counts = np.bincount(load_split(manifest, "train").tokens, minlength=vocab_size)
+    counts = unigram_counts(manifest, "train", vocab_size)
     probs = counts[counts > 0] / counts.sum()
-    return float(-(probs * np.log(probs)).sum())
+    return cross_entropy(probs, probs)

@@ -139,3 +139,10 @@ def manifest_fingerprint(manifest: Manifest) -> str:
     if manifest.word_starts != word_starts.MARKER:
         content["word_starts"] = manifest.word_starts
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of a local file, as the manifest records its tokenizer's and staging
+    checks each staged file."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -26,7 +26,6 @@ num_workers > 1 needs the usual `if __name__ == "__main__":` guard.
 """
 
 import dataclasses
-import hashlib
 import multiprocessing
 import os
 import shlex
@@ -55,6 +54,7 @@ from xlnet_jax.data.manifest import (
     MANIFEST_FILE,
     TOKENIZER_FILE,
     Manifest,
+    file_sha256,
     load_manifest,
     manifest_fingerprint,
     save_manifest,
@@ -195,7 +195,7 @@ def prepare_corpus(
             special_ids=dict(tokenizer.SPECIAL_IDS),
             tokenizer={
                 "file": TOKENIZER_FILE,
-                "sha256": _sha256(model_path),
+                "sha256": file_sha256(model_path),
                 "trained": model_bytes is None,
             },
             normalization=normalization_options(uncased, keep_accents),
@@ -464,8 +464,3 @@ def _remove_tree(url: str) -> None:
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0))
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -28,7 +28,7 @@ import fsspec
 from xlnet_jax import paths
 from xlnet_jax.data import builtin_corpus
 from xlnet_jax.data.normalize import CONTROL_CHARS
-from xlnet_jax.errors import DataError
+from xlnet_jax.errors import DataError, one_line
 
 MAX_INVALID_FRACTION = 0.1
 MAX_LINE_BYTES = 65_536
@@ -269,8 +269,8 @@ def _open_tfds(name: str, feature: str, split: str, data_dir: str | None):
         prepared = builder.is_prepared()
     except Exception as e:  # tfds raises many types for an unknown or unreadable dataset
         raise DataError(
-            f"tfds dataset {name!r} is not available in {where} ({type(e).__name__}: "
-            f"{str(e).splitlines()[0]}). Prepare it there first (array_record format), set "
+            f"tfds dataset {name!r} is not available in {where} ({one_line(e, 300)}). "
+            "Prepare it there first (array_record format), set "
             "TFDS_DATA_DIR, or pass text files instead."
         ) from None
     if not prepared:
@@ -290,7 +290,7 @@ def _open_tfds(name: str, feature: str, split: str, data_dir: str | None):
     except Exception as e:  # wrong split, or a tfrecord-only dataset (needs tensorflow)
         raise DataError(
             f"tfds dataset {name!r} split {split!r} cannot be read without tensorflow "
-            f"({type(e).__name__}: {str(e).splitlines()[0]}). It must exist and be stored as "
+            f"({one_line(e, 300)}). It must exist and be stored as "
             "array_record; its splits are "
             f"{sorted(builder.info.splits.keys())}."
         ) from None

@@ -29,6 +29,7 @@ from xlnet_jax.data.manifest import (
     MANIFEST_FILE,
     TOKENIZER_FILE,
     Manifest,
+    file_sha256,
     manifest_fingerprint,
     save_manifest,
 )
@@ -40,20 +41,6 @@ _OWNED = (MANIFEST_FILE, TOKENIZER_FILE, tfds_builder.NAME)
 FETCHES = 3  # downloads of one file whose sha256 differs before it counts as changed
 ORIGIN_FILE = "staged_from"  # in a staged copy: the remote corpus it was staged from
 SHARD = re.compile(r"\.array_record-\d+-of-\d+$")  # a tfds shard file, staged on demand
-
-
-def dataset_files(corpus_dir: str) -> dict[str, dict]:
-    """{relative path: {"bytes", "sha256"}} of every file of a local corpus's tfds dataset."""
-    files = {}
-    root = os.path.join(corpus_dir, tfds_builder.NAME)
-    for directory, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(directory, name)
-            files[os.path.relpath(path, corpus_dir)] = {
-                "bytes": os.path.getsize(path),
-                "sha256": _sha256(path),
-            }
-    return dict(sorted(files.items()))
 
 
 def stage_corpus(manifest: Manifest) -> Manifest:
@@ -100,7 +87,7 @@ def _stage(remote, local: str, wanted: dict[str, str]) -> None:
     fetched = fetched_bytes = 0
     for relative, sha256 in wanted.items():
         target = os.path.join(local, relative)
-        if os.path.exists(target) and _sha256(target) == sha256:
+        if os.path.exists(target) and file_sha256(target) == sha256:
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
         size = _fetch(remote / relative, target, sha256)
@@ -194,8 +181,3 @@ def _copy(source: BinaryIO, target: BinaryIO) -> tuple[str, int]:
         target.write(block)
         size += len(block)
     return digest.hexdigest(), size
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -26,6 +26,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 
+from xlnet_jax.launch import local
+
 READY_TIMEOUT_S = 20.0
 
 
@@ -55,12 +57,6 @@ def _binary() -> str:
     return str(_get_binary_path())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running(buckets: Sequence[str], port: int = 0, external_url: str = "") -> Iterator[str]:
     """Runs the emulator on 127.0.0.1:`port` (0: a free one) with `buckets` created; yields
@@ -73,7 +69,7 @@ def running(buckets: Sequence[str], port: int = 0, external_url: str = "") -> It
 @contextlib.contextmanager
 def _server(buckets: Sequence[str], port: int, external_url: str = "") -> Iterator[tuple[str, int]]:
     """`running`, yielding (URL, the server's pid)."""
-    url = f"http://127.0.0.1:{port or free_port()}"
+    url = f"http://127.0.0.1:{port or local.free_port()}"
     process = subprocess.Popen(
         [_binary(), "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
          "-port", url.rsplit(":", 1)[1], "-external-url", external_url or url,

@@ -2,9 +2,13 @@
 
 A multi-process JAX job is all-or-nothing: when one process dies the others block in
 their next collective. So the first non-zero exit ends the job: the others are
-terminated, and the exit code and the dead process's log are reported. A timeout bounds
-the whole job. Process 0's log is echoed to stdout as it grows. `run_with_restarts`
-starts such a job again under the restart policy of `launch run` (restarts.py).
+terminated, and the exit code and the dead process's log are reported; of processes that
+fail together, one whose code a restart would repeat (1, 2: `restarts.cause` names none)
+is the one reported, as `launch run` does on a pod. A process whose training loop made no
+progress (its heartbeat file, run/heartbeat.py) for `hang_s` seconds is hung: the job ends
+with PEER_LOST_EXIT_CODE. A timeout bounds the whole job. Process 0's log is echoed to
+stdout as it grows. `run_with_restarts` starts such a job again under the restart policy of
+`launch run` (restarts.py).
 """
 
 import os
@@ -18,6 +22,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from xlnet_jax.launch import restarts
+from xlnet_jax.launch.supervise import PEER_LOST_EXIT_CODE
+from xlnet_jax.run.heartbeat import HEARTBEAT_ENV
 
 DEFAULT_PROGRAM = (sys.executable, "-m", "xlnet_jax.cli")
 POLL_SECONDS = 0.1
@@ -42,13 +48,14 @@ def run(
     log_dir: Path,
     timeout: float | None,
     grace_seconds: float = 10.0,
+    hang_s: float | None = None,
 ) -> int:
     """Runs `commands` at once, process i logging to `log_paths(log_dir, n)[i]` (appended).
 
     Returns 0 when all exit 0; else the first failure's exit code (128+N if it was killed
-    by signal N, as shells say), 124 on timeout, 130 on Ctrl-C. Processes still running at
-    the end are sent SIGTERM, then SIGKILL after `grace_seconds` (JAX treats SIGTERM as a
-    preemption notice).
+    by signal N, as shells say), PEER_LOST_EXIT_CODE for a process hung `hang_s` seconds,
+    124 on timeout, 130 on Ctrl-C. Processes still running at the end are sent SIGTERM,
+    then SIGKILL after `grace_seconds` (JAX treats SIGTERM as a preemption notice).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     logs = log_paths(log_dir, len(commands))
@@ -60,14 +67,20 @@ def run(
     try:
         with open(logs[0], "rb") as echo:
             echo.seek(0, os.SEEK_END)
+            beats = [log.with_suffix(".heartbeat") for log in logs]
             for i, (argv, log) in enumerate(zip(commands, logs, strict=True)):
+                beats[i].touch()
                 with open(log, "ab") as out:
                     proc = subprocess.Popen(
-                        argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=out,
+                        env={**env, HEARTBEAT_ENV: str(beats[i])},
                     )
                 procs.append(proc)
                 print(f"process {i}: pid {proc.pid}, log {log}", file=sys.stderr, flush=True)
-            return _wait(procs, logs, echo, timeout)
+            return _wait(procs, logs, echo, timeout, beats, hang_s)
     except KeyboardInterrupt:
         print("interrupted; stopping the processes", file=sys.stderr)
         return 130
@@ -82,16 +95,18 @@ def run_with_restarts(
     max_restarts: int,
     restart_pause: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    hang_s: float | None = None,
 ) -> int:
     """`run`s the job, and again after each failure that restarts.cause names, at most
     `max_restarts` times; the last run's exit code.
 
     `make_commands` gives each attempt's commands (a fresh coordinator port each time);
-    `timeout` bounds each attempt; `restart_pause` replaces the policy's pause if given.
+    `timeout` bounds each attempt, `hang_s` each process's time without a step;
+    `restart_pause` replaces the policy's pause if given.
     """
     restarted = 0
     while True:
-        code = run(make_commands(), log_dir, timeout)
+        code = run(make_commands(), log_dir, timeout, hang_s=hang_s)
         if restarts.cause(code) is None or restarted == max_restarts:
             if code != 0 and max_restarts:
                 print(
@@ -109,18 +124,35 @@ def run_with_restarts(
 
 
 def _wait(
-    procs: Sequence[subprocess.Popen], logs: Sequence[Path], echo: BinaryIO, timeout: float | None
+    procs: Sequence[subprocess.Popen],
+    logs: Sequence[Path],
+    echo: BinaryIO,
+    timeout: float | None,
+    beats: Sequence[Path],
+    hang_s: float | None,
 ) -> int:
-    """Polls until all exit 0, one fails, or `timeout` passes; echoes log 0 meanwhile."""
+    """Polls until all exit 0, one fails or hangs, or `timeout` passes; echoes log 0
+    meanwhile."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        codes = [p.poll() for p in procs]
+        codes = [None if (c := p.poll()) is None else c if c >= 0 else 128 - c for p in procs]
         _echo(echo)  # After the poll: all that an exited process wrote is shown first.
         failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
         if failed:
-            i = failed[0]
+            final = [i for i in failed if restarts.cause(codes[i]) is None]
+            i = (final or failed)[0]
             _report(f"process {i} exited with code {codes[i]}; its log: {logs[i]}", logs[i])
-            return codes[i] if codes[i] > 0 else 128 - codes[i]
+            return codes[i]
+        if hang_s is not None:
+            for i, (code, beat) in enumerate(zip(codes, beats, strict=True)):
+                age = time.time() - beat.stat().st_mtime
+                if code is None and age > hang_s:
+                    _report(
+                        f"process {i} made no training progress for {age:.0f} s "
+                        f"(--hang-timeout={hang_s:g}): hung; its log: {logs[i]}",
+                        logs[i],
+                    )
+                    return PEER_LOST_EXIT_CODE
         if all(code == 0 for code in codes):
             print(f"all {len(procs)} processes finished; logs in {logs[0].parent}", file=sys.stderr)
             return 0

@@ -8,6 +8,7 @@ injection.
 
 import argparse
 import re
+from collections.abc import Sequence
 
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.hardware import slices
@@ -147,3 +148,17 @@ def config_override(value: str) -> str:
             f"{value!r} is not a config override; write --config.FIELD=VALUE"
         )
     return value
+
+
+def dashed(argv: Sequence[str], keep: Sequence[str]) -> list[str]:
+    """`argv` with each flag's underscores as dashes (`--num_cpu_devices=2` ->
+    `--num-cpu-devices=2`), so `launch` takes the spellings of the other commands too;
+    config overrides (`--config.FIELD=...`), values and the flags in `keep` (passed on to
+    `train` as they are) stay."""
+    spelled = []
+    for arg in argv:
+        flag, equals, value = arg.partition("=")
+        if flag.startswith("--") and not flag.startswith("--config.") and flag not in keep:
+            arg = flag.replace("_", "-") + equals + value
+        spelled.append(arg)
+    return spelled

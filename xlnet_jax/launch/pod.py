@@ -46,7 +46,8 @@ a v3-32 slice (4 workers), start to end:
   xlnet-jax launch train --backend local --num-processes 2 --num-cpu-devices 2 \\
       --config configs/tiny.py --workdir workdirs/tiny
 
-Add --dry-run to any subcommand to print its commands instead of running them.
+Add --dry-run to any subcommand to print its commands instead of running them. Every flag
+also takes underscores, as the other commands spell theirs (--num_cpu_devices, --dry_run).
 """
 
 Commands = list[list[str]]
@@ -240,6 +241,15 @@ def _restart_options(parser: argparse.ArgumentParser, default: int) -> None:
         help=f"pause before each restart (default: {restarts.STORAGE_PAUSE_S:g} after storage "
         f"failures, {restarts.LOST_PROCESS_PAUSE_S:g} after a lost process or killed trainer)",
     )
+    parser.add_argument(
+        "--hang-timeout",
+        type=names.positive_int,
+        default=job.HANG_S,
+        metavar="SECONDS",
+        help="a process whose training loop finished no step, evaluation or save for this "
+        "long (from its start: restore and compile count) is hung: the job is stopped "
+        "everywhere and restarted, as for a lost process (default: %(default)s)",
+    )
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -346,9 +356,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         sub,
         "stop",
         "stop training on every worker",
-        "Sends SIGTERM to the train process on each worker, waits up to --grace seconds\n"
-        "(JAX takes SIGTERM as a preemption notice, so the trainer may checkpoint), then\n"
-        "SIGKILL.",
+        "Sends SIGTERM to the trainer's process group on each worker (the trainer and\n"
+        "everything it started), waits up to --grace seconds (JAX takes SIGTERM as a\n"
+        "preemption notice, so the trainer may checkpoint), then SIGKILLs the group. `launch\n"
+        "run` reads the stop as the user's: it ends the job rather than restart it.",
     )
     _tpu_options(stop)
     _queued_ssh_option(stop)
@@ -377,11 +388,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "Creates the slice unless it is up, runs `setup` and `train`, then checks the slice\n"
         "every --poll seconds. If gcloud reports it lost (preempted, terminated, suspended),\n"
         "deletes and recreates it, sets it up and trains again, which resumes from the\n"
-        "newest checkpoint in WORKDIR (on gs://), up to --max-restarts times. A trainer that\n"
-        "stopped because object storage kept failing (exit code 4), because the job lost a\n"
-        "process (exit code 5: a host died or hung) or that was killed by a signal is\n"
+        "newest checkpoint in WORKDIR (on gs://), up to --max-restarts times. It reads every\n"
+        "worker's outcome. A trainer that stopped because object storage kept failing (exit\n"
+        "code 4), because the job lost a process (5: a host died or hung), because a signal\n"
+        "stopped it before its last step (6: a preemption notice), that was killed by a\n"
+        "signal (128+N), or whose loop made no progress for --hang-timeout seconds, is\n"
         "stopped on every worker and started again after --restart-pause, counted among the\n"
-        "restarts. Ends with the trainer's exit code (worker 0), or 1 once it gives up.\n\n"
+        "restarts. The first worker that fails otherwise (1, 2: its own error) ends the job\n"
+        "with its code, naming it; so does `launch stop`. Exit code 0 once every worker\n"
+        "reached the last step; 1 once it gives up.\n\n"
         "--backend local: the same job as `train --backend local`, under the same restart\n"
         "policy (no slice, nothing shipped); WORKDIR may be local or on gs://.\n\n"
         "What is shipped: the committed tree, `git archive HEAD` of --source (default: the\n"
@@ -426,7 +441,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     """Parses and cross-checks the flags; exits through argparse with a message on error."""
     parser, subparsers = build_parser()
-    args, extras = parser.parse_known_args(argv)
+    args, extras = parser.parse_known_args(names.dashed(argv, TRAIN_SWITCHES))
     sub = subparsers[args.command]
     if args.command == "run":
         _check_run_backend(args, sub)
@@ -581,6 +596,7 @@ def _run(args: argparse.Namespace) -> int:
         commands.ssh(*_where(args), "all", remote.stop(STOP_GRACE_S), bool(args.queued)),
         max_restarts=args.max_restarts,
         poll=args.poll,
+        hang_s=args.hang_timeout,
         restart_pause=args.restart_pause,
     )
 
@@ -623,7 +639,12 @@ def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
         return runner.run_commands(make_commands(), dry_run=True)
     log_dir = Path(args.log_dir) if args.log_dir else local_log_dir(args.workdir)
     return local.run_with_restarts(
-        make_commands, log_dir, args.timeout, args.max_restarts, args.restart_pause
+        make_commands,
+        log_dir,
+        args.timeout,
+        args.max_restarts,
+        args.restart_pause,
+        hang_s=args.hang_timeout,
     )
 
 

@@ -10,21 +10,30 @@ import shlex
 from collections.abc import Sequence
 
 from xlnet_jax.launch import shell
+from xlnet_jax.run.heartbeat import HEARTBEAT_ENV
 
 PROJECT_DIR = "~/xlnet-jax"  # The project's source on each worker.
 VENV = "~/xlnet-jax-venv"  # Kept across `setup` runs, so reinstalls are quick.
 TARBALL = "xlnet-jax-src.tar.gz"  # Where `setup` copies the source, relative to home.
 LOG_DIR = "~/xlnet-jax-logs"
 LOG_FILE = f"{LOG_DIR}/train-$(hostname).log"  # One per worker, named by its hostname.
-PID_FILE = f"{LOG_DIR}/train.pid"
+PID_FILE = f"{LOG_DIR}/train.pid"  # The trainer's session and process group id.
 EXIT_FILE = f"{LOG_DIR}/train.exit"  # The trainer's exit code, written when it ends.
+STOP_FILE = f"{LOG_DIR}/train.stopped"  # Written by `stop`: the user asked it to stop.
+HEARTBEAT_FILE = f"{LOG_DIR}/train.heartbeat"  # Touched by the loop at each step.
 
-# Defines `running`: true when the pid file names a live xlnet-jax process (not a stale,
-# reused pid), with that pid in $pid. The first line of every script that asks.
+# Defines `running`: true while any process of the trainer's process group (the session the
+# wrapper leads; its id is in the pid file, and in $pid) is an xlnet-jax process: a trainer
+# whose wrapper died still counts, a stale or reused id does not. The first line of every
+# script that asks.
 _RUNNING = (
-    f"running() {{ pid=$(cat {PID_FILE} 2>/dev/null) && "
-    'grep -qs xlnet-jax "/proc/$pid/cmdline"; }'
+    f"running() {{ pid=$(cat {PID_FILE} 2>/dev/null) || return 1; "
+    'for p in $(pgrep -g "$pid"); do grep -qs xlnet-jax "/proc/$p/cmdline" && return 0; done; '
+    "return 1; }"
 )  # fmt: skip
+# Defines `worker`: this worker's name in `launch run`'s outcome lines (its hostname, which
+# on a TPU VM ends in -w-N, N the worker's index).
+_WORKER = 'worker="worker $(hostname)"'
 
 
 # The installer itself is pinned too; everything else comes from the constraints file.
@@ -93,9 +102,11 @@ def setup_from_git(python: str, repo: str, ref: str | None) -> str:
     return _lines(_install_python(python), clone + " || exit 1", _install_project(python))
 
 
-# Runs "$@" (the trainer's argv, after $0) and writes its exit code to EXIT_FILE. SIGTERM
-# is passed on to the trainer, and waited for: `wait` returns early when a trap runs.
+# Runs "$@" (the trainer's argv, after $0) and writes its exit code to EXIT_FILE. It leads
+# the session (setsid), whose id it writes to PID_FILE. SIGTERM is passed on to the
+# trainer, and waited for: `wait` returns early when a trap runs.
 _WRAPPER = _lines(
+    f"echo $$ > {PID_FILE}",
     'trap "kill -TERM \\$c" TERM',
     '"$@" & c=$!',
     "wait $c; s=$?",
@@ -107,23 +118,27 @@ _WRAPPER = _lines(
 def train(train_args: Sequence[str]) -> str:
     """Starts `xlnet-jax <train_args>` in the background, logging to LOG_FILE.
 
-    Refuses to start a second run on a worker that is still training. The process
-    outlives the ssh session (nohup, all three streams redirected) and its pid goes to
-    PID_FILE for `status` and `stop`. A wrapping bash (_WRAPPER) passes SIGTERM on to the
-    trainer (so `stop` still lets it checkpoint) and writes its exit code to EXIT_FILE,
-    which `launch run` reads to tell a finished run from a lost one. The trainer's argv
-    reaches the wrapper as its arguments, quoted once.
+    Refuses to start a second run on a worker where any process of the last one lives.
+    The process outlives the ssh session (nohup, all three streams redirected) in a session
+    and process group of its own (setsid), whose id goes to PID_FILE: `stop` signals the
+    whole group, so no trainer outlives it. A wrapping bash (_WRAPPER) passes SIGTERM on to
+    the trainer (so `stop` still lets it checkpoint) and writes its exit code to
+    EXIT_FILE, which `launch run` reads to tell a finished run from a lost one. The loop
+    touches HEARTBEAT_FILE at each step ($XLNET_JAX_HEARTBEAT), for `launch run`'s hang
+    bound. The trainer's argv reaches the wrapper as its arguments, quoted once.
     """
     return _lines(
         f"mkdir -p {LOG_DIR} || exit 1",
         _RUNNING,
         "if running; then",
-        '  echo "$(hostname): already training (pid $pid); stop it first" >&2',
+        '  echo "$(hostname): already training (process group $pid); stop it first" >&2',
         "  exit 1",
         "fi",
         f"cd {PROJECT_DIR} || exit 1",
-        f"rm -f {EXIT_FILE}",
-        f"nohup bash -c {shlex.quote(_WRAPPER)} xlnet-jax \\",
+        f"rm -f {EXIT_FILE} {STOP_FILE}",
+        f"touch {HEARTBEAT_FILE} || exit 1",
+        f"{HEARTBEAT_ENV}={HEARTBEAT_FILE} setsid nohup \\",
+        f"  bash -c {shlex.quote(_WRAPPER)} xlnet-jax \\",
         f"  {VENV}/bin/xlnet-jax {shell.continued(train_args, indent='  ')} \\",
         f"  > {LOG_FILE} 2>&1 < /dev/null &",
         f"echo $! > {PID_FILE}",
@@ -132,15 +147,21 @@ def train(train_args: Sequence[str]) -> str:
 
 
 def outcome() -> str:
-    """Prints `running`, `exit N` (the trainer's code) or `absent` (never started or lost)."""
+    """Prints one line, `worker NAME` and then: `running S` (S: seconds since the loop's last
+    heartbeat), `stopped` (`stop` ended it: the user asked), `exit N` (the trainer's code)
+    or `absent` (never started, or lost with its VM)."""
     return _lines(
         _RUNNING,
+        _WORKER,
         "if running; then",
-        "  echo running",
+        f'  echo "$worker running $(( $(date +%s) - $(stat -c %Y {HEARTBEAT_FILE} '
+        '2>/dev/null || date +%s) ))"',
+        f"elif [ -f {STOP_FILE} ]; then",
+        '  echo "$worker stopped"',
         f"elif [ -f {EXIT_FILE} ]; then",
-        f'  echo "exit $(cat {EXIT_FILE})"',
+        f'  echo "$worker exit $(cat {EXIT_FILE})"',
         "else",
-        "  echo absent",
+        '  echo "$worker absent"',
         "fi",
     )
 
@@ -150,7 +171,7 @@ def status() -> str:
     return _lines(
         _RUNNING,
         "if running; then",
-        '  echo "$(hostname): training (pid $pid)"',
+        '  echo "$(hostname): training (process group $pid)"',
         "else",
         '  echo "$(hostname): not training"',
         "fi",
@@ -164,7 +185,9 @@ def logs(lines: int, follow: bool) -> str:
 
 
 def stop(grace_seconds: int) -> str:
-    """Sends SIGTERM, waits up to `grace_seconds` for the trainer to exit, then SIGKILL.
+    """Marks the run stopped by request (STOP_FILE), sends SIGTERM to the trainer's whole
+    process group, waits up to `grace_seconds` for its save, then SIGKILLs the group and
+    waits until none of it is left.
 
     SIGTERM alone is not enough: after `jax.distributed.initialize` JAX catches SIGTERM
     as a preemption notice, and the process only exits if the train loop acts on it.
@@ -175,12 +198,18 @@ def stop(grace_seconds: int) -> str:
         '  echo "$(hostname): not training"',
         "  exit 0",
         "fi",
-        'kill -TERM "$pid"',
+        f"touch {STOP_FILE}",
+        'kill -TERM -- "-$pid"',
         f"for _ in $(seq {int(grace_seconds)}); do running || break; sleep 1; done",
-        "if running; then",
-        '  kill -KILL "$pid"',
-        '  echo "$(hostname): killed pid $pid"',
-        "else",
-        '  echo "$(hostname): stopped pid $pid"',
+        "if ! running; then",
+        '  echo "$(hostname): stopped process group $pid"',
+        "  exit 0",
         "fi",
+        'kill -KILL -- "-$pid"',
+        "for _ in $(seq 50); do running || break; sleep 0.1; done",
+        "if running; then",
+        '  echo "$(hostname): process group $pid survived SIGKILL" >&2',
+        "  exit 1",
+        "fi",
+        'echo "$(hostname): killed process group $pid"',
     )

@@ -1,7 +1,7 @@
 """Span sampling for partial prediction: which tokens of one block become targets.
 
-A jitted, bounded re-implementation of the original `_sample_mask` (zihangdai/xlnet,
-data_utils.py) for one block of one row, with its word-span bug fixed:
+A jitted, bounded re-implementation of the original `_sample_mask` (zihangdai/xlnet's
+data_utils module) for one block of one row, with its word-span bug fixed:
 
 * A span length n in 1..max_span is drawn with p(n) proportional to 1/n, and a context of
   ctx = n * mask_alpha // mask_beta tokens is laid around it (left part uniform in

@@ -18,6 +18,12 @@ everything the process writes:
   with it uncommitted: orbax writes its commit marker last, and through gcsfs.
 - The loop also checks before each write phase (the run config, the metrics sync, a
   save's start) and ends the run the same way, rather than starting a write it would cut.
+- At the end, on every exit path, the fence is lifted and the lease released only once
+  nothing of the run can write any more (`release_when_quiet`): a save given up on, or a
+  metrics upload still retrying, keeps both up until it ends, or until the lease runs out
+  and the fence ends the process.
+- The kill switch (`end_process`) reaches os._exit whatever its one line meets: the line
+  is written without blocking, and a full, closed or broken stream is passed over.
 
 Why end the run rather than wait and go on if the lease proves still ours (its generation
 unchanged when storage answers again): while storage is out, nobody can tell us whether a
@@ -30,17 +36,19 @@ restart after an outage of more than 5/6 of the TTL.
 
 import asyncio
 import functools
+import logging
 import os
 import sys
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-import gcsfs.core
-
+from xlnet_jax import paths
 from xlnet_jax.errors import STORAGE_EXIT_CODE, LeaseLostError
-from xlnet_jax.run.lease import ObjectLease
+from xlnet_jax.paths import gcsfs_adapter
+from xlnet_jax.run.lease import ObjectLease, clock
 from xlnet_jax.run.workdir import WorkdirLock
+
+log = logging.getLogger(__name__)
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _active: "Fence | None" = None  # the fence of this process's run, if it holds a lease
@@ -48,11 +56,25 @@ _active: "Fence | None" = None  # the fence of this process's run, if it holds a
 
 def end_process(message: str) -> None:
     """Says `message` in one line and ends the process with the storage exit code, with
-    every thread in it: nothing it queued reaches storage afterwards."""
-    sys.stdout.flush()
-    sys.stderr.write(f"xlnet-jax train: error: {message}\n")
-    sys.stderr.flush()
-    os._exit(STORAGE_EXIT_CODE)
+    every thread in it: nothing it queued reaches storage afterwards. The process ends
+    whatever the line meets: a pipe nobody reads, a closed one, a full disk."""
+    try:
+        _write_without_blocking(sys.stdout, "")
+        _write_without_blocking(sys.stderr, f"xlnet-jax train: error: {message}\n")
+    finally:
+        os._exit(STORAGE_EXIT_CODE)
+
+
+def _write_without_blocking(stream, text: str) -> None:
+    """Flushes `stream` and writes `text` to its file, as far as that goes without blocking;
+    any error (EAGAIN, EPIPE, ENOSPC, a closed stream) ends the attempt silently."""
+    try:
+        fd = stream.fileno()
+        os.set_blocking(fd, False)
+        stream.flush()
+        os.write(fd, text.encode(errors="replace"))
+    except Exception:  # noqa: BLE001, S110 - the process ends next whatever happened
+        pass
 
 
 class Fence:
@@ -83,7 +105,7 @@ class Fence:
             return float("inf")
         if self.lease.lost():  # sticky: once lost, never valid again
             return -1.0
-        return max(self.lease.safe_until - time.monotonic(), 1e-3)
+        return max(self.lease.safe_until - clock(), 1e-3)
 
     def check(self) -> None:
         """Before a write phase: ends the run (on_lost) if the lease can no longer be
@@ -99,6 +121,39 @@ class Fence:
         self._closed.set()
         if _active is self:
             _active = None
+
+    def release_when_quiet(
+        self, lock: WorkdirLock | ObjectLease, writing: Sequence[Callable[[], bool]]
+    ) -> None:
+        """Lifts the fence and releases `lock` once none of `writing` says it still writes.
+
+        If one still does (a save given up on, an upload still retrying), both stay up and a
+        thread releases them once it stops. The fence keeps cutting its writes at the
+        lease's end meanwhile; a process that exits first leaves the lease to expire (or to
+        be taken at once by a rerun in its container).
+        """
+
+        def quiet() -> bool:
+            return not any(still() for still in writing)
+
+        def release() -> None:
+            self.close()
+            lock.release()
+
+        if quiet():
+            release()
+            return
+        log.warning(
+            "A write of this run is still in flight; the workdir stays locked and fenced "
+            "until it ends."
+        )
+
+        def wait_then_release() -> None:
+            while not quiet():
+                self._closed.wait(0.1)
+            release()
+
+        threading.Thread(target=wait_then_release, daemon=True, name="release-when-quiet").start()
 
     def _error(self) -> LeaseLostError:
         try:
@@ -116,10 +171,13 @@ class Fence:
 
 def _fence_gcsfs_writes() -> None:
     """Bounds every write request gcsfs sends by the active fence (idempotent); the retries
-    of paths.py run inside the bound."""
-    request = gcsfs.core.GCSFileSystem._request
-    if getattr(request, "fenced", False):
-        return
+    of xlnet_jax.paths run inside the bound."""
+    paths.use_storage()
+    gcsfs_adapter.wrap_request("fence", _fenced)
+
+
+def _fenced(request: Callable) -> Callable:
+    """`request` (gcsfs's request method) refused or cut at the active fence's moment."""
 
     @functools.wraps(request)
     async def fenced(self, method, *args, **kwargs):
@@ -136,5 +194,4 @@ def _fence_gcsfs_writes() -> None:
                 raise fence._error() from None
             raise
 
-    fenced.fenced = True
-    gcsfs.core.GCSFileSystem._request = fenced
+    return fenced

@@ -76,7 +76,7 @@ def prepare_workdir(workdir: str, checkpoint_bytes: int) -> WorkdirLock | Object
     """Creates the workdir, checks it is writable with room for a checkpoint, and locks it.
 
     A local workdir gets a flock per process; a gs:// one a lease object per process
-    (object_lease.py), since object storage has no locks.
+    (lease.py), since object storage has no locks.
     """
     root = paths.as_path(workdir)
     if paths.retry(lambda: root.exists() and not root.is_dir(), f"checking {root}"):

@@ -10,12 +10,12 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+from xlnet_jax.config.declare import INT32_MAX
 from xlnet_jax.objective.plm import NUM_FUNCTIONAL, PLMConfig, validate_plm_config
 
 PLM_FIELDS = ("seq_len", "reuse_len", "perm_size", "num_predict")
 # Values scanned on each side of the current one: the advice stays instant for any input.
 MAX_SCAN = 2048
-INT32_MAX = 2**31 - 1
 
 
 def nearest(ok: Callable[[int], bool], current: int, low: int, high: int) -> list[int]:

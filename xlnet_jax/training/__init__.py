@@ -7,6 +7,7 @@
   evaluate.py    held-out evaluation; metrics.py, progress.py, profiling.py report
   run_config.py  the run's saved config and what a resume may change
   run_versions.py  the package versions a run records, and the check at start
-  compile.py     AOT compile for TPU topologies from any host
+  aot.py         AOT compile for TPU topologies and NVIDIA cards from any host;
+                 aot_devices.py what it compiles for
 May import run, checkpoint, objective, model, data and the base modules.
 """

@@ -18,9 +18,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from xlnet_jax import paths
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
-from xlnet_jax.data.corpus import load_split
+from xlnet_jax.data.corpus import cross_entropy, unigram_counts
 from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
 from xlnet_jax.errors import CheckpointError, DataError
 from xlnet_jax.run.init_from import place_params
@@ -83,14 +82,14 @@ def unigram_baselines(manifest: Manifest, vocab_size: int) -> dict:
         context-free predictor can score on them; the gap between the two is what the
         train split's frequencies miss on this text.
     """
-    train = np.bincount(load_split(manifest, "train").tokens, minlength=vocab_size)
-    held = np.bincount(load_split(manifest, "validation").tokens, minlength=vocab_size)
+    train = unigram_counts(manifest, "train", vocab_size)
+    held = unigram_counts(manifest, "validation", vocab_size)
     seen = held > 0
     probs = held[seen] / held.sum()
     train_probs = (train[seen] + 1.0) / (train.sum() + vocab_size)
     return {
-        "train_unigram_cross_entropy": float(-(probs * np.log(train_probs)).sum()),
-        "validation_unigram_entropy": float(-(probs * np.log(probs)).sum()),
+        "train_unigram_cross_entropy": cross_entropy(probs, train_probs),
+        "validation_unigram_entropy": cross_entropy(probs, probs),
     }
 
 
@@ -174,14 +173,16 @@ def _evaluate(
     result.update(scored=f"the workdir {workdir} at step {result['step']}")
     result["corpus"] = config.corpus_dir  # as the user named it, not its staged copy
     result.update(unigram_baselines(manifest, config.vocab_size))
-    # Recorded unless training already evaluated this checkpoint: each step once in
-    # metrics.jsonl. Appended, never rewritten: a run may be writing the file right now.
-    recorded = (paths.as_path(workdir) / "metrics.jsonl").exists() and result["step"] in (
-        read_metrics(workdir, kind="eval")
-    )
+    # Recorded unless training already evaluated this checkpoint: each step once. Never
+    # rewriting the run's metrics.jsonl, which a run may be writing right now: appended to
+    # locally, an object of its own on gs:// (metrics.py).
+    try:
+        recorded = result["step"] in read_metrics(workdir, kind="eval")
+    except FileNotFoundError:
+        recorded = False
     result["recorded"] = True  # now or by training
     if not recorded:
-        writer = MetricsWriter(workdir, enabled=jax.process_index() == 0)
+        writer = MetricsWriter(workdir, enabled=jax.process_index() == 0, holds_workdir=False)
         writer.write(
             result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]}, kind="eval"
         )

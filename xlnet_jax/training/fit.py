@@ -14,9 +14,8 @@ import ml_collections
 
 from xlnet_jax.config import mesh_shape
 from xlnet_jax.errors import UsageError
-from xlnet_jax.training import compile as aot
-from xlnet_jax.training import targets
-from xlnet_jax.training.targets import Target
+from xlnet_jax.training import aot, aot_devices
+from xlnet_jax.training.aot_devices import Target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,8 +164,8 @@ def compile_for(
     if (topology is None) == (gpu is None):
         raise UsageError("compile: give one of --topology (a TPU slice) or --gpu (NVIDIA cards).")
     with aot.libtpu_log_held():
-        target = targets.tpu_target(topology, config.num_slices) if topology else None
-        target = target or targets.gpu_target(gpu)
+        target = aot_devices.tpu_target(topology, config.num_slices) if topology else None
+        target = target or aot_devices.gpu_target(gpu)
         report, compiled = aot.compile_train_step(config, target)
         print(aot.format_report(report), flush=True)
         if not report.fits:

@@ -122,12 +122,12 @@ def run_check(config: ml_collections.ConfigDict, device: jax.Device) -> Verdict:
     with jax.default_device(device), jax.default_matmul_precision(precision):
         params, batch, mems = _inputs(config, device)
         try:  # the kernel first: a crash needs no reference
-            actual = _loss_and_grads(config, "pallas", params, batch, mems)
+            actual = loss_and_grads(config, "pallas", params, batch, mems)
         except Exception as e:  # noqa: BLE001 - Mosaic's, Triton's and XLA's errors are not public
             lines = str(e).strip().splitlines() or [type(e).__name__]
             seconds = time.perf_counter() - start
             return Verdict(False, f"the kernel failed to run: {lines[0][:300]}", seconds)
-        expected = _loss_and_grads(config, "xla", params, batch, mems)
+        expected = loss_and_grads(config, "xla", params, batch, mems)
     worst = max(
         (*agreement.worst_leaf(actual[i], expected[i]), name)
         for i, name in enumerate(("loss", "new memory", "gradients"))
@@ -171,9 +171,10 @@ def _inputs(config: ml_collections.ConfigDict, device: jax.Device) -> tuple:
     return init().params, jax.device_put(batch, device), mems
 
 
-def _loss_and_grads(config, impl: str, params, batch: dict, mems) -> tuple:
-    """(loss, new memory, gradients) of the train step's forward through attention_impl
-    `impl`, with dropout on, as host arrays."""
+def loss_and_grads(config, impl: str, params, batch: dict, mems) -> tuple:
+    """(loss, new memory, gradients) of the train step's forward and backward through
+    attention_impl `impl`, with dropout on, as host arrays: the kernel check's, and
+    benchmarks/gpu_check.py's. The PLM sample and the dropout come from config.seed."""
     config = config.copy_and_resolve_references()
     config.attention_impl = impl
     model = xlnet.XLNetLM(ModelConfig.from_config(config))
@@ -184,7 +185,7 @@ def _loss_and_grads(config, impl: str, params, batch: dict, mems) -> tuple:
         sample = steps.sample_targets(batch, plm_key, config)
 
         def mean_nll(params):
-            terms, new_mems = steps._forward(
+            terms, new_mems = steps.forward(
                 model, params, batch, sample, mems, dropout_key, config.reuse_len,
                 deterministic=False,
             )  # fmt: skip

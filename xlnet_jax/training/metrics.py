@@ -7,8 +7,14 @@ Object storage cannot append, so for a gs:// workdir both sinks are written to a
 mirror (seeded with the workdir's metrics.jsonl) and each file is uploaded whole after
 every write, by a thread of its own: training never waits on storage. An upload that
 fails is retried from the mirror at the next write or after a backoff (paths.RetryPolicy),
-so nothing is dropped; close() uploads once more, within the policy's budget, and if
-storage still fails it says so in one line and keeps the mirror.
+so nothing is dropped. Every upload, the last one too, is made by that one thread, in
+turn, so an older upload still retrying can never land after a newer one: close() asks
+for the last upload and waits for it (within the policy's budget); if storage still fails
+it says so in one line and keeps the mirror.
+
+Only the run that holds the workdir writes metrics.jsonl. Another writer (`xlnet-jax eval`
+beside a live run on gs://) writes an object of its own, metrics-eval-*.jsonl, which
+`read_metrics` merges: rewriting the trainer's file would race its uploads and drop rows.
 
 A killed host loses its mirror, and a resumed run logs again only the steps past its
 checkpoint; so before each checkpoint save the loop waits (sync(), at most
@@ -21,6 +27,7 @@ import logging
 import os
 import pathlib
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -49,20 +56,27 @@ class MetricsWriter:
         enabled: bool = True,
         drop: Callable[[dict], bool] | None = None,
         sync_wait_s: float = BY_NAME["metrics_wait_s"].default,
+        holds_workdir: bool = True,
     ):
         """Opens the sinks; `drop` first removes the records of metrics.jsonl it matches;
         sync() waits at most `sync_wait_s` (config.metrics_wait_s) for an upload.
 
         A resumed run drops the records past its checkpoint, which it logs again, so each
-        step is in the file once. Only the run that holds the workdir lock may drop.
+        step is in the file once. Only the run that holds the workdir lock may drop. A
+        writer that does not hold it (`holds_workdir` False) writes a gs:// workdir's
+        records to a metrics-eval-*.jsonl object of its own.
         """
         self.enabled = enabled
+        self._uploader = None
         if not enabled:
             return
         self._remote = paths.as_path(workdir) if paths.is_remote(workdir) else None
         root = pathlib.Path(tempfile.mkdtemp(prefix="xlnet-metrics-") if self._remote else workdir)
-        self.jsonl_path = root / "metrics.jsonl"
-        if self._remote:
+        name = "metrics.jsonl"
+        if self._remote and not holds_workdir:
+            name = f"metrics-eval-{int(time.time())}-{socket.gethostname()}-{os.getpid()}.jsonl"
+        self.jsonl_path = root / name
+        if self._remote and holds_workdir:
             remote_jsonl = self._remote / "metrics.jsonl"
             try:
                 seed = paths.retry(remote_jsonl.read_bytes, f"reading {remote_jsonl}")
@@ -102,6 +116,10 @@ class MetricsWriter:
         if self.enabled and self._uploader is not None:
             self._uploader.sync()
 
+    def writing(self) -> bool:
+        """Whether an upload may still write to the workdir (after close() gave up on it)."""
+        return self._uploader is not None and self._uploader.alive()
+
     def close(self) -> None:
         """Flushes and closes both sinks; a gs:// workdir gets its last upload, and its local
         mirror is removed once that succeeded."""
@@ -122,6 +140,7 @@ class _Uploader:
         # Uploads are counted: `_requested` when asked for, `_uploaded` once one that began
         # after that request has succeeded.
         self._requested = self._uploaded = 0
+        self._last = False  # whether the last upload, at close(), succeeded
         self._progress = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True, name="metrics-upload")
         self._thread.start()
@@ -149,11 +168,15 @@ class _Uploader:
             self._root,
         )
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         failures = 0
-        while not self._closed.is_set():
+        while True:
             self._wanted.wait(self._policy.delay(failures) if failures else None)
             if self._closed.is_set():
+                self._last = self._last_upload()
                 return
             self._wanted.clear()
             with self._progress:
@@ -186,10 +209,22 @@ class _Uploader:
                 target.write_bytes(pathlib.Path(local).read_bytes())
 
     def close(self) -> bool:
-        """Stops the thread and uploads once more within the retry budget; whether it did."""
+        """Has the thread upload once more, after any upload in flight, within the retry
+        budget, and waits for it; whether it succeeded."""
         self._closed.set()
         self._wanted.set()
-        self._thread.join(timeout=1)  # an upload in flight finishes on its own
+        # The upload in flight, then the last one, each within the budget.
+        self._thread.join(timeout=2 * (self._policy.budget_s + self._policy.request_timeout_s))
+        if self._thread.is_alive():
+            log.error(
+                "The metrics upload to %s did not end; the metrics stay in %s; copy them by hand.",
+                self._remote,
+                self._root,
+            )
+            return False
+        return self._last
+
+    def _last_upload(self) -> bool:
         try:
             paths.retry(self._copy, f"uploading the metrics to {self._remote}")
             return True
@@ -231,21 +266,35 @@ def _drop_records(path: pathlib.Path, drop: Callable[[dict], bool]) -> None:
 
 
 def read_metrics(workdir: str, kind: str = "train") -> dict[int, dict]:
-    """The newest record per step from metrics.jsonl (a resumed run re-logs some steps).
+    """The newest record per step from metrics.jsonl and the metrics-eval-*.jsonl beside it
+    (a resumed run re-logs some steps). FileNotFoundError if there is none of them.
 
     A line that is not a JSON object is a record cut short by a kill (or a full disk): it
     is skipped with a warning, since the step it held is re-logged after the resume.
     """
-    records, torn = {}, 0
-    path = paths.as_path(workdir) / "metrics.jsonl"
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+    root = paths.as_path(workdir)
+    sources = [root / "metrics.jsonl", *sorted(root.glob("metrics-eval-*.jsonl"), key=str)]
+    records, found = [], False
+    for path in sources:
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            torn += 1
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except FileNotFoundError:
             continue
-        if isinstance(record, dict) and record.get("kind") == kind:
-            records[record["step"]] = record
-    if torn:
-        log.warning("Skipped %d torn line(s) in %s (a run was killed while writing).", torn, path)
-    return records
+        found = True
+        torn = 0
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                torn += 1
+                continue
+            if isinstance(record, dict) and record.get("kind") == kind:
+                records.append(record)
+        if torn:
+            log.warning(
+                "Skipped %d torn line(s) in %s (a run was killed while writing).", torn, path
+            )
+    if not found:
+        raise FileNotFoundError(f"{sources[0]} does not exist")
+    records.sort(key=lambda record: record.get("time", 0))  # the newest per step wins
+    return {record["step"]: record for record in records}

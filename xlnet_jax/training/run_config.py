@@ -19,7 +19,7 @@ from xlnet_jax.config import (
     AUTO_RANGES,
     SCHEDULE_FIELDS,
     data_ranges,
-    with_missing_fields,
+    from_saved,
 )
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.training import optim, run_versions
@@ -58,12 +58,7 @@ def load(workdir: str) -> ml_collections.ConfigDict | None:
     if fields is None:
         return None
     fields.pop(VERSIONS_KEY, None)
-    fields = with_missing_fields(fields)
-    fields["logical_axis_rules"] = tuple(
-        (name, tuple(axes) if isinstance(axes, list) else axes)
-        for name, axes in fields["logical_axis_rules"]
-    )
-    return ml_collections.ConfigDict(fields)
+    return from_saved(fields)
 
 
 def check_versions(workdir: str, *, allow_change: bool) -> None:
@@ -104,7 +99,7 @@ def with_data_ranges(
 
     An explicit data_ranges stays. AUTO_RANGES becomes the number that `workdir`'s run
     recorded in its config.json once it has a checkpoint (1 if saved before the field:
-    config.with_missing_fields), so
+    config.from_saved), so
     a resume on another process count reads the same batches; for a run that starts now,
     the ranges of `process_count` processes (xlnet_jax.config.data_ranges).
     """

@@ -46,8 +46,9 @@ def sample_targets(batch: dict, key: jax.Array, config: ml_collections.ConfigDic
     )
 
 
-def _forward(model, params, batch, sample, mems, dropout_key, reuse_len, *, deterministic):
-    """Runs the two-stream model on `batch` with its PLM sample; returns (terms, new_mems)."""
+def forward(model, params, batch, sample, mems, dropout_key, reuse_len, *, deterministic):
+    """Runs the two-stream model on `batch` with its PLM sample; returns (terms, new_mems):
+    the train and eval steps' forward, and the kernel check's (kernel_check.loss_and_grads)."""
     mask_fn = plm.perm_order if uses_kernel(model.config) else plm.perm_mask
     mask = mask_fn(sample, batch["is_functional"], reuse_len)
     logits, new_mems = model.apply(
@@ -110,7 +111,7 @@ def train_step(
         micro_key = jax.random.fold_in(dropout_key, index)
 
         def summed_nll(params):
-            terms, new_mems = _forward(
+            terms, new_mems = forward(
                 model,
                 params,
                 micro_batch,
@@ -198,7 +199,7 @@ def guard_update(
 def eval_step(params, mems, batch, key, *, model: XLNetLM, config: ml_collections.ConfigDict):
     """Deterministic forward on a validation batch: (new_mems, summed nll, count, correct)."""
     sample = sample_targets(batch, key, config)
-    terms, new_mems = _forward(
+    terms, new_mems = forward(
         model, params, batch, sample, mems, None, config.reuse_len, deterministic=True
     )
     return new_mems, terms

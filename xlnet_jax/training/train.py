@@ -3,7 +3,9 @@
 A run in a workdir that already holds checkpoints resumes from the newest intact one, with
 its recurrence memory, bit-for-bit: the batch at step t and the step's randomness are pure
 functions of (seed, step). SIGTERM and Ctrl-C save at the next step boundary and stop;
-after Ctrl-C the loop raises SavedAndInterrupted, which the CLI exits 130 on.
+after Ctrl-C the loop raises SavedAndInterrupted, which the CLI exits 130 on; after SIGTERM
+before the last step, StoppedBeforeEnd, which it exits STOPPED_EXIT_CODE (6) on: a run that
+stopped short is never taken for a finished one.
 """
 
 import concurrent.futures
@@ -25,10 +27,11 @@ from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.config import AUTO_RANGES
 from xlnet_jax.data.manifest import Manifest
-from xlnet_jax.errors import NonFiniteError
+from xlnet_jax.errors import STOPPED_EXIT_CODE, NonFiniteError
 from xlnet_jax.hardware import chips
 from xlnet_jax.model import flops
 from xlnet_jax.run.fence import Fence
+from xlnet_jax.run.heartbeat import Heartbeat
 from xlnet_jax.run.init_from import Source, place_params
 from xlnet_jax.run.preflight import check_run_from
 from xlnet_jax.run.workdir import (
@@ -109,6 +112,11 @@ class SavedAndInterrupted(KeyboardInterrupt):
 
     A KeyboardInterrupt, so a Python caller still sees the interrupt it asked for.
     """
+
+
+class StoppedBeforeEnd(Exception):
+    """A signal stopped training after it saved, before num_train_steps: the CLI exits
+    STOPPED_EXIT_CODE, on which `launch run` trains again from that save."""
 
 
 class _NonFiniteMonitor:
@@ -322,11 +330,13 @@ def _train(
     # user: orbax's threads then add no shutdown noise after the one-line message.
     with contextlib.ExitStack() as cleanup:
         lock = prepare_workdir(workdir, checkpoint_bytes)
-        cleanup.callback(lock.release)
-        # From here on no write outlives the lease (fence.py); closed after the last write.
+        # From here on no write outlives the lease (fence.py). Fence and lock are lifted
+        # last, and only once none of `writing` (the saves, the metrics uploads) still writes.
         fence = Fence.around(lock)
-        cleanup.callback(fence.close)
+        writing = []
+        cleanup.callback(fence.release_when_quiet, lock, writing)
         checkpointer = Checkpointer(workdir, config)
+        writing.append(checkpointer.writing)
         cleanup.callback(checkpointer.close)
         state = checkpointer.restore(program.abstract_state, config, fingerprint)
         if state is None:
@@ -372,6 +382,7 @@ def _train(
             drop=lambda record: record.get("step", 0) > start_step,
             sync_wait_s=config.metrics_wait_s,
         )
+        writing.append(writer.writing)
         cleanup.callback(writer.close)
         progress = ProgressLine(config.num_train_steps, enabled=primary)
         flops_per_step = flops.train_flops_per_step(config)
@@ -387,6 +398,7 @@ def _train(
         next_batch = prefetch.submit(train_batcher.batch, start_step)
         pending, interval_start = [], time.time()
         monitor = _NonFiniteMonitor(config.nonfinite_policy, start_step)
+        heartbeat = Heartbeat()
         last_saved = start_step or None
         for step in range(start_step, config.num_train_steps):
             batch = program.put_batch(next_batch.result())
@@ -398,6 +410,7 @@ def _train(
             pending.append(metrics)
             checkpointer.poll()  # a save that ended is reported now, not at the next save
             done = step + 1
+            heartbeat.beat()
             profiler.after_step(done, metrics)
             # Steps counted from this run's start: JAX's sync protocol puts the save at one
             # past the highest count reported, so a notice that arrives while a resumed
@@ -432,6 +445,7 @@ def _train(
                     f"accuracy {result['accuracy']:.4f}"
                 )
                 interval_start = time.time()
+                heartbeat.beat()
             if save:
                 fence.check()
                 needed = checkpoint_bytes + MIN_FREE_BYTES
@@ -440,6 +454,7 @@ def _train(
                 fence.check()  # the sync may have waited out the lease
                 if checkpointer.save(state, make_meta(config, fingerprint, done)):
                     last_saved = done
+                heartbeat.beat()
             if stop:
                 checkpointer.wait()
                 progress.note(
@@ -448,5 +463,9 @@ def _train(
                 )
                 if preemption.signal_name == "Ctrl-C":
                     raise SavedAndInterrupted
+                if done < config.num_train_steps:
+                    raise StoppedBeforeEnd(
+                        f"stopped at step {done} (exit code {STOPPED_EXIT_CODE})"
+                    )
                 return state
     return state

@@ -37,26 +37,26 @@ def _on_platform(fn, *args):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attend(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words):
-    args = (qw, qr, seg, k, v, pos_src, row, key, words)
+def _attend(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_source, row, key, words):
+    args = (qw, qr, seg, k, v, pos_source, row, key, words)
     return _on_platform(functools.partial(forward, spec), *args)[0]
 
 
-def _attend_fwd(spec, qw, qr, seg, k, v, pos_src, row, key, words):
-    args = (qw, qr, seg, k, v, pos_src, row, key, words)
+def _attend_fwd(spec, qw, qr, seg, k, v, pos_source, row, key, words):
+    args = (qw, qr, seg, k, v, pos_source, row, key, words)
     out, lse = _on_platform(functools.partial(forward, spec), *args)
     return out, (args, out, lse)
 
 
 def _attend_bwd(spec, residuals, d_out):
     args, out, lse = residuals
-    qw, qr, seg, k, v, pos_src = args[:6]
+    qw, qr, seg, k, v, pos_source = args[:6]
     delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
     grads = _on_platform(functools.partial(backward, spec), *args, d_out, lse, delta)
     d_qw, d_seg, d_k, d_v = grads[:4]
     if spec.windowed:
         d_qr, d_pos = grads[4:]
-        if pos_src.shape[0] == 1:  # k_r shared by every row (no bi_data)
+        if pos_source.shape[0] == 1:  # k_r shared by every row (no bi_data)
             d_pos = jnp.sum(d_pos, axis=0, keepdims=True)
         d_qr = d_qr.astype(qr.dtype)
     else:
@@ -67,7 +67,7 @@ def _attend_bwd(spec, residuals, d_out):
         d_seg,
         d_k.astype(k.dtype),
         d_v.astype(v.dtype),
-        d_pos.astype(pos_src.dtype),
+        d_pos.astype(pos_source.dtype),
         None,
         None,
         None,
@@ -139,13 +139,13 @@ def relative_attention(
         front = max(0, rows_p - 1 - seg_len)
         front += -(front + seg_len + 1) % b  # aligns every window start to the block
         offset = front + seg_len + 1 - b
-        pos_src = _pad_axis(jnp.swapaxes(k_r, 1, 2), 2, front, front + seg_len + 1 + keys_p)
+        pos_source = _pad_axis(jnp.swapaxes(k_r, 1, 2), 2, front, front + seg_len + 1 + keys_p)
         qr_in = _heads_first(qr, rows_p)
     else:
         offset, qr_in = None, None
         all_pos = jnp.einsum("bqnh,brnh->bnqr", qr, k_r, preferred_element_type=jnp.float32)
-        pos_src = scores_by_key(all_pos, positions, num_keys)
-        pos_src = _pad_axis(_pad_axis(pos_src, 2, 0, rows_p), 3, 0, keys_p)
+        pos_source = scores_by_key(all_pos, positions, num_keys)
+        pos_source = _pad_axis(_pad_axis(pos_source, 2, 0, rows_p), 3, 0, keys_p)
     spec = tiles.TileSpec(b, d_head**-0.5, num_keys, offset, strided_roll, dropatt)
     if dropatt:
         words = words.reshape(*words.shape, 1, 1)
@@ -156,7 +156,7 @@ def relative_attention(
         _pad_axis(seg, 2, 0, rows_p),
         _heads_first(k, keys_p),
         _heads_first(v, keys_p),
-        pos_src,
+        pos_source,
         _pad_axis(row, 1, 0, rows_p),
         _pad_axis(key, 2, 0, keys_p),
         words if dropatt else None,

@@ -83,14 +83,14 @@ def _resident_spec(shape: tuple[int, ...]) -> pl.BlockSpec:
     return pl.BlockSpec((None, None, *shape), lambda b_, n, j, i: (b_, n, 0, 0))
 
 
-def _in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
+def _in_specs(spec: tiles.TileSpec, qw, pos_source) -> list[pl.BlockSpec]:
     """The forward's inputs, then (d out, lse, delta) per query block."""
     b, width = spec.block, qw.shape[-1]
     rows = [forward.q_spec(b, width), forward.q_spec(b, 1), forward.q_spec(b, 1)]
-    return [_key_major(s) for s in (*forward.in_specs(spec, qw, pos_src), *rows)]
+    return [_key_major(s) for s in (*forward.in_specs(spec, qw, pos_source), *rows)]
 
 
-def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, *, interpret):
+def backward(spec, qw, qr, seg, k, v, pos_source, row, key, words, do, lse, delta, *, interpret):
     """Float32 gradients of one stream (words as `forward.forward`).
 
     Returns:
@@ -108,24 +108,25 @@ def backward(spec, qw, qr, seg, k, v, pos_src, row, key, words, do, lse, delta, 
     key_block = _key_major(forward.k_spec(b, width))
     out_specs = [_resident_spec((rows, width)), _resident_spec((rows, 2)), key_block, key_block]
     if spec.windowed:
-        out_shape += [out((rows, width)), out(pos_src.shape[2:])]
-        out_specs += [_resident_spec((rows, width)), _resident_spec(pos_src.shape[2:])]
+        out_shape += [out((rows, width)), out(pos_source.shape[2:])]
+        out_specs += [_resident_spec((rows, width)), _resident_spec(pos_source.shape[2:])]
     else:
         out_shape.append(out((rows, keys)))
-        out_specs.append(_key_major(forward.positional_spec(spec, pos_src)))  # the bias tile
+        out_specs.append(_key_major(forward.positional_spec(spec, pos_source)))  # the bias tile
     operands = (
-        qw, seg, row, k, v, key, pos_src, *forward.optional_inputs(spec, qr, words), do, lse, delta
+        qw, seg, row, k, v, key, pos_source,
+        *forward.optional_inputs(spec, qr, words), do, lse, delta,
     )  # fmt: skip
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=(batch, heads, keys // b, rows // b),
-        in_specs=_in_specs(spec, qw, pos_src),
+        in_specs=_in_specs(spec, qw, pos_source),
         out_specs=out_specs,
         out_shape=out_shape,
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary", "arbitrary")
         ),
-        cost_estimate=forward.cost(spec, qw, k, pos_src, (*operands, *out_shape), False),
+        cost_estimate=forward.cost(spec, qw, k, pos_source, (*operands, *out_shape), False),
         interpret=interpret,
         name="xlnet_relative_attention_bwd",
     )(*operands)

@@ -34,7 +34,7 @@ def optional_refs(spec: tiles.TileSpec, refs: list) -> tuple:
 
 
 def optional_inputs(spec: tiles.TileSpec, qr, words) -> list:
-    """The inputs after pos_src: qr (content stream), words [B, N, 1, 1] (dropatt)."""
+    """The inputs after pos_source: qr (content stream), words [B, N, 1, 1] (dropatt)."""
     return ([qr] if spec.windowed else []) + ([words] if spec.dropatt else [])
 
 
@@ -83,21 +83,21 @@ def k_spec(b: int, width: int) -> pl.BlockSpec:
     return pl.BlockSpec((None, None, b, width), lambda b_, n, i, j: (b_, n, j, 0))
 
 
-def positional_spec(spec: tiles.TileSpec, pos_src: jax.Array) -> pl.BlockSpec:
+def positional_spec(spec: tiles.TileSpec, pos_source: jax.Array) -> pl.BlockSpec:
     """The whole padded k_r of a row and head (window), or the [b, b] bias tile (i, j)."""
     if spec.windowed:
-        shared = pos_src.shape[0] == 1  # one k_r for all rows unless bi_data
+        shared = pos_source.shape[0] == 1  # one k_r for all rows unless bi_data
 
         def kr_index(b_, n, i, j):
             return (0 if shared else b_, n, 0, 0)
 
-        return pl.BlockSpec((None, None, *pos_src.shape[2:]), kr_index)
+        return pl.BlockSpec((None, None, *pos_source.shape[2:]), kr_index)
     b = spec.block
     return pl.BlockSpec((None, None, b, b), lambda b_, n, i, j: (b_, n, i, j))
 
 
-def in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
-    """Specs of (qw, seg, row, k, v, key, pos_src[, qr][, words]) over the grid (B, N, i, j)."""
+def in_specs(spec: tiles.TileSpec, qw, pos_source) -> list[pl.BlockSpec]:
+    """Specs of (qw, seg, row, k, v, key, pos_source[, qr][, words]) over the grid (B, N, i, j)."""
     b, width = spec.block, qw.shape[-1]
     specs = [
         q_spec(b, width),
@@ -106,24 +106,24 @@ def in_specs(spec: tiles.TileSpec, qw, pos_src) -> list[pl.BlockSpec]:
         k_spec(b, width),
         k_spec(b, width),
         pl.BlockSpec((None, masks.KEY_FIELDS, b), lambda b_, n, i, j: (b_, 0, j)),
-        positional_spec(spec, pos_src),
+        positional_spec(spec, pos_source),
     ]
     words = pl.BlockSpec((None, None, 1, 1), lambda b_, n, i, j: (b_, n, 0, 0))
     return specs + optional_inputs(spec, q_spec(b, width), words)
 
 
-def cost(spec: tiles.TileSpec, qw, k, pos_src, arrays: tuple, forward_pass: bool):
+def cost(spec: tiles.TileSpec, qw, k, pos_source, arrays: tuple, forward_pass: bool):
     """XLA's estimate of a forward or backward call, counted as the XLA path counts the same
     attention, so that MFU from XLA's figure compares across paths: per (row, head), q.k and
     p.v over the keys, and the positional scores over the R relative encodings (content
     stream; the query stream's bias is XLA's own op); the backward twice that (dq, dk, dv,
     dP, and d(q + r_r), dk_r), not its recomputed scores nor the shifted windows' overlap."""
     keys = k.shape[2]
-    products = 2 * keys + (pos_src.shape[2] if spec.windowed else 0)
+    products = 2 * keys + (pos_source.shape[2] if spec.windowed else 0)
     return kernel_cost.estimate(qw, products if forward_pass else 2 * products, keys, arrays)
 
 
-def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *, interpret):
+def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_source, row, key, words, *, interpret):
     """(out [B, N, Qp, H] in qw's dtype, lse float32 [B, N, Qp, 1]) of one stream.
 
     words: uint32 [B, N, 1, 1], the dropout word of each (row, head); None without dropatt.
@@ -135,11 +135,11 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
         jax.ShapeDtypeStruct(qw.shape, qw.dtype),
         jax.ShapeDtypeStruct((batch, heads, rows, 1), jnp.float32),
     ]
-    operands = (qw, seg, row, k, v, key, pos_src, *optional_inputs(spec, qr, words))
+    operands = (qw, seg, row, k, v, key, pos_source, *optional_inputs(spec, qr, words))
     return pl.pallas_call(
         functools.partial(_kernel, spec),
         grid=grid,
-        in_specs=in_specs(spec, qw, pos_src),
+        in_specs=in_specs(spec, qw, pos_source),
         out_specs=[q_spec(b, width), q_spec(b, 1)],
         out_shape=out_shape,
         scratch_shapes=[
@@ -150,7 +150,7 @@ def forward(spec: tiles.TileSpec, qw, qr, seg, k, v, pos_src, row, key, words, *
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
         ),
-        cost_estimate=cost(spec, qw, k, pos_src, (*operands, *out_shape), forward_pass=True),
+        cost_estimate=cost(spec, qw, k, pos_source, (*operands, *out_shape), forward_pass=True),
         interpret=interpret,
         name="xlnet_relative_attention_fwd",
     )(*operands)

@@ -1,7 +1,7 @@
 """`xlnet-jax compile`: AOT-compile the real train step for a TPU slice or NVIDIA cards, from
 a CPU.
 
-targets.py describes the devices (libtpu for TPU slices, jax's CUDA plugin for cards), the
+aot_devices.py describes the devices (libtpu for TPU slices, jax's CUDA plugin for cards), the
 train step is lowered with the config's mesh and shardings over them, and XLA's per-device
 memory and FLOP analyses are set against the device's memory and peak bf16 rate. A step that
 does not fit is followed by a search for the largest batch_size that does (fit.py).
@@ -22,8 +22,8 @@ from xlnet_jax.hardware.chips import GIB
 from xlnet_jax.model import flops
 from xlnet_jax.run.validate import validate_config
 from xlnet_jax.training import sharding
+from xlnet_jax.training.aot_devices import Target, tpu_target
 from xlnet_jax.training.program import build_program
-from xlnet_jax.training.targets import Target, tpu_target
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,12 @@ local directory named `gs:`.
 
 Object storage has no appends, renames or locks: the callers that need them (metrics,
 the workdir lock, the corpus) use whole-object writes, generation preconditions
-(object_lease.py) and local staging (data/staging.py) instead.
+(run/lease.py) and local staging (data/staging.py) instead.
+
+The first remote path this process meets (`is_remote`) readies storage, once: gcsfs's
+listing cache off, and its requests under the one retry policy (gcsfs_adapter.py, which
+holds every use of gcsfs's private names; library.py, the check they pass first).
+Imports errors only.
 """
 
 import asyncio
@@ -26,13 +31,13 @@ from typing import TypeVar
 
 import aiohttp
 import fsspec
-import gcsfs.core
 import requests
 from etils import epath
 from gcsfs import retry as gcsfs_retry
 from gcsfs.retry import ChecksumError, HttpError
 
-from xlnet_jax.errors import ConfigError, StorageError
+from xlnet_jax.errors import ConfigError, StorageError, one_line
+from xlnet_jax.paths import gcsfs_adapter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,20 +46,30 @@ T = TypeVar("T")
 CACHE_ENV = "XLNET_JAX_CACHE_DIR"
 
 
-# Every answer about a gs:// path comes from storage, not from a listing this process cached:
-# etils keeps one gcsfs filesystem per process, and gcsfs's listing cache never expires, so
-# after another writer (tensorstore writing the arrays, another host, another run) changed
-# a folder, exists() answered False for a committed step and a read stopped at the old
-# size. fsspec applies its configuration to every gcsfs filesystem made after this
-# (etils' included), under either of gcsfs's protocol names; set here, over any
-# $FSSPEC_GS / $FSSPEC_GCS, so no entry point runs with the cache on.
-for _protocol in ("gs", "gcs"):
-    fsspec.config.conf.setdefault(_protocol, {})["use_listings_cache"] = False
+def use_storage() -> None:
+    """Readies this process for object storage, once; `is_remote` calls it.
+
+    Every answer about a gs:// path comes from storage, not from a listing this process
+    cached: etils keeps one gcsfs filesystem per process, and gcsfs's listing cache never
+    expires, so after another writer (tensorstore writing the arrays, another host, another
+    run) changed a folder, exists() answered False for a committed step and a read stopped
+    at the old size. fsspec applies its configuration to every gcsfs filesystem made after
+    this (etils' included), under either of gcsfs's protocol names, over any $FSSPEC_GS /
+    $FSSPEC_GCS. Each request gcsfs sends then retries under the policy
+    (`_under_policy`).
+    """
+    for protocol in ("gs", "gcs"):
+        fsspec.config.conf.setdefault(protocol, {})["use_listings_cache"] = False
+    gcsfs_adapter.replace_requests(_under_policy)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
-    """Whether `path` is a URL (gs://...) rather than a local path."""
-    return "://" in os.fspath(path)
+    """Whether `path` is a URL (gs://...) rather than a local path; the first URL readies
+    storage (use_storage)."""
+    remote = "://" in os.fspath(path)
+    if remote:
+        use_storage()
+    return remote
 
 
 def as_path(path: str | os.PathLike) -> epath.Path:
@@ -97,9 +112,9 @@ def move_tree(source: epath.Path, target: epath.Path) -> None:
 
 # The one retry policy for object storage, in every layer:
 # - each HTTP request gcsfs makes (epath's gs:// backend; orbax's metadata) is retried by
-#   `_retry_gcsfs_requests` below, in place of gcsfs's fixed 6 tries;
+#   `_under_policy` below, in place of gcsfs's fixed 6 tries;
 # - tensorstore's gcs driver (orbax's arrays) gets the same attempts and delays
-#   (checkpoint/checkpointer.py);
+#   (checkpoint/tensorstore_adapter.py);
 # - our own operations (the lease, the writability probe, metrics uploads, config and
 #   manifest reads, corpus staging) go through `retry`, which wraps a whole operation.
 # A request inside `retry` retries only until that operation's deadline (a context
@@ -156,7 +171,11 @@ def retry_policy() -> RetryPolicy:
         name, _, value = item.partition("=")
         name = name.strip()
         if name not in fields:
-            raise ConfigError(f"${RETRY_ENV}: unknown field {name!r}; known: {', '.join(fields)}.")
+            raise ConfigError(
+                f"${RETRY_ENV}: unknown field {name!r}; known: {', '.join(fields)} (a "
+                "checkpoint's bounds, save_wait_s, failed_saves and metrics_wait_s, are "
+                "config fields: --config.FIELD=VALUE)."
+            )
         try:
             overrides[name] = (int if fields[name] in (int, "int") else float)(value)
         except ValueError:
@@ -216,13 +235,13 @@ def retry(
             if attempt >= policy.attempts or time.monotonic() + delay > end:
                 raise StorageError(
                     f"Object storage failed {attempt} time(s) in {time.monotonic() - start:.0f} s "
-                    f"while {what} (last: {_one_line(e)}); a transient fault that outlasted the "
+                    f"while {what} (last: {one_line(e)}); a transient fault that outlasted the "
                     f"retry budget, not a problem with the path. Rerun when storage answers."
                 ) from None
             log.warning(
                 "Storage error while %s (%s); retry %d in %.1f s.",
                 what,
-                _one_line(e),
+                one_line(e),
                 attempt,
                 delay,
             )
@@ -231,42 +250,29 @@ def retry(
             _DEADLINE.reset(token)
 
 
-def _retry_gcsfs_requests() -> None:
-    """Makes every request gcsfs sends retry under the policy (read when it is sent), not
-    under gcsfs's own fixed schedule, on what either of us deems transient (gcsfs also
-    knows its expired-credential answers); 403, 404, 412 are raised at once. An API request
-    that stalls is cut after request_timeout_s and retried."""
+def _under_policy(request: Callable, bounded: bool) -> Callable:
+    """`request` (a gcsfs request method without gcsfs's retries) retried under the policy
+    (read when it is sent), on what either of us deems transient (gcsfs also knows its
+    expired-credential answers); 403, 404, 412 are raised at once. With `bounded` (an API
+    request, not a download) a request that stalls is cut after request_timeout_s and
+    retried."""
 
-    def under_policy(request, bounded: bool):
-        @functools.wraps(request)
-        async def retried(*args, **kwargs):
-            policy, start = retry_policy(), time.monotonic()
-            end = min(start + policy.budget_s, _DEADLINE.get() or math.inf)
-            timeout = policy.request_timeout_s if bounded else None
-            for attempt in itertools.count(1):
-                try:
-                    return await asyncio.wait_for(request(*args, **kwargs), timeout)
-                except Exception as e:
-                    delay = policy.delay(attempt)
-                    if (
-                        not (is_transient(e) or gcsfs_retry.is_retriable(e))
-                        or attempt >= policy.attempts
-                        or time.monotonic() + delay > end
-                    ):
-                        raise
-                    await asyncio.sleep(delay)
+    @functools.wraps(request)
+    async def retried(*args, **kwargs):
+        policy, start = retry_policy(), time.monotonic()
+        end = min(start + policy.budget_s, _DEADLINE.get() or math.inf)
+        timeout = policy.request_timeout_s if bounded else None
+        for attempt in itertools.count(1):
+            try:
+                return await asyncio.wait_for(request(*args, **kwargs), timeout)
+            except Exception as e:
+                delay = policy.delay(attempt)
+                if (
+                    not (is_transient(e) or gcsfs_retry.is_retriable(e))
+                    or attempt >= policy.attempts
+                    or time.monotonic() + delay > end
+                ):
+                    raise
+                await asyncio.sleep(delay)
 
-        return retried
-
-    for name in ("_request", "_get_file_request", "_get_file_concurrent"):
-        method = getattr(gcsfs.core.GCSFileSystem, name)  # the class gcsfs decorates
-        retried = under_policy(method.__wrapped__, bounded=name == "_request")
-        setattr(gcsfs.core.GCSFileSystem, name, retried)
-
-
-_retry_gcsfs_requests()
-
-
-def _one_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines() or [""]
-    return f"{type(error).__name__}: {lines[0]}"[:160]
+    return retried
