@@ -5,10 +5,10 @@ xlnet-jax finetune --config configs/finetune/race.py --task_name race \
 
 Source: zihangdai/xlnet scripts/tpu_race_large_bsz32.sh (max_seq_length 512, max_qa_length
 128, train_batch_size 32, train_steps 12000, warmup_steps 1000, learning_rate 2e-5,
-weight_decay 0, adam_epsilon 1e-6; lr_layer_decay_rate left at run_race.py's default 1.0),
+weight_decay 0, adam_epsilon 1e-6; lr_layer_decay_rate left at run_race's default 1.0),
 which agree with the paper's fine-tuning table for RACE (Yang et al. 2019, appendix: batch
 32, lr 2e-5, 12K steps, layer-wise decay 1.0; the table lists weight decay 0.01 where the
-script passes 0: we follow the script). Dropout 0.1 and dropatt 0.1 as run_race.py's flags.
+script passes 0: we follow the script). Dropout 0.1 and dropatt 0.1 as run_race's flags.
 The model's fields are XLNet-Large's, for `xlnet-jax compile --config
 configs/finetune/race.py --task_name race --topology v3-8`; fine-tuning takes them from
 --init_from.

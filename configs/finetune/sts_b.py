@@ -4,9 +4,9 @@ xlnet-jax finetune --config configs/finetune/sts_b.py --task_name sts-b \
     --data_dir glue_data/STS-B --init_from PRETRAINED --workdir runs/sts-b
 
 Source: zihangdai/xlnet README, "STS-B: sentence pair relevance regression (with GPUs)":
-run_classifier.py --max_seq_length=128 --train_batch_size=8 on 4 GPUs (a global batch of
+run_classifier --max_seq_length=128 --train_batch_size=8 on 4 GPUs (a global batch of
 32) --learning_rate=5e-5 --train_steps=1200 --warmup_steps=120 --is_regression=True; the
-other flags at run_classifier.py's defaults (weight decay 0, Adam epsilon 1e-8 there is
+other flags at run_classifier's defaults (weight decay 0, Adam epsilon 1e-8 there is
 UNSURE: we keep the paper's 1e-6).
 """
 

@@ -1,5 +1,5 @@
 """`xlnet-jax compile --task_name T`: the fine-tuning step AOT-compiled for a TPU slice or
-NVIDIA cards from a CPU, reported as pretraining's step is (training/compile.py), with the
+NVIDIA cards from a CPU, reported as pretraining's step is (training/aot.py), with the
 search for the largest batch_size that fits (training/fit.py) when it does not.
 
 The architecture comes from the config (set the source model's fields, e.g. configs/large.py's,
@@ -16,8 +16,7 @@ from xlnet_jax.finetune import config as finetune_config
 from xlnet_jax.finetune.program import build
 from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.model import flops
-from xlnet_jax.training import compile as aot
-from xlnet_jax.training import fit, sharding, targets
+from xlnet_jax.training import aot, aot_devices, fit, sharding
 
 
 def example_batch(task, config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
@@ -45,7 +44,7 @@ def _model_flops(config: ml_collections.ConfigDict, rows_per_feature: int) -> fl
 def compile_step(config: ml_collections.ConfigDict, target, task_name: str):
     """(CompileReport, compiled or None) of the task's train step on `target`."""
     if isinstance(target, str):
-        target = targets.tpu_target(target, config.num_slices)
+        target = aot_devices.tpu_target(target, config.num_slices)
     finetune_config.validate(config)
     task = get_task(task_name)
     devices = list(target.devices)
@@ -86,8 +85,8 @@ def compile_for(
     if (topology is None) == (gpu is None):
         raise UsageError("compile: give one of --topology (a TPU slice) or --gpu (NVIDIA cards).")
     with aot.libtpu_log_held():
-        target = targets.tpu_target(topology, config.num_slices) if topology else None
-        target = target or targets.gpu_target(gpu)
+        target = aot_devices.tpu_target(topology, config.num_slices) if topology else None
+        target = target or aot_devices.gpu_target(gpu)
         step = lambda c, t: compile_step(c, t, task_name)  # noqa: E731
         report, _ = step(config, target)
         shape = example_batch(get_task(task_name), config)["input_ids"].shape[1:]

@@ -3,7 +3,7 @@ fine-tuning values, and the part "finetune" of config/fields.py (num_segments,
 max_qa_length, lr_layer_decay_rate).
 
 The architecture (vocab_size, d_model, ...) is not set here: it comes from --init_from.
-The values are the original's run_classifier.py defaults where it has them; the presets in
+The values are the original's run_classifier defaults where it has them; the presets in
 configs/finetune/ set each task's published values.
 """
 
@@ -30,7 +30,7 @@ def finetune_config() -> ml_collections.ConfigDict:
     c.learning_rate = 2e-5
     c.warmup_steps = 100
     c.min_lr_ratio = 0.0  # The original decays fine-tuning to 0.
-    c.weight_decay = 0.0  # The original's run_classifier.py default.
+    c.weight_decay = 0.0  # The original's run_classifier default.
     c.adam_eps = 1e-6
     c.clip_norm = 1.0
     c.log_every = 50

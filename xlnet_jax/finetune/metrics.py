@@ -1,6 +1,6 @@
 """The official metrics of GLUE and RACE, computed from predictions and gold labels.
 
-Each follows the definition the GLUE leaderboard and the original's run_classifier.py use
+Each follows the definition the GLUE leaderboard and the original's run_classifier use
 (there through scikit-learn and scipy): Matthews correlation (CoLA), F1 of the positive
 class "1" with accuracy (MRPC, QQP), Pearson and Spearman correlation (STS-B), accuracy
 (the rest; RACE per level and over all). Written with numpy; tests compare them with

@@ -1,6 +1,6 @@
 """The GLUE tasks, read from their files exactly as the GLUE distribution lays them out.
 
-Column positions as the original's run_classifier.py processors read them: CoLA's train and
+Column positions as the original's run_classifier processors read them: CoLA's train and
 dev have no header (label column 1, sentence 3), MNLI's texts are columns 8 and 9 with the
 label last, STS-B's columns 7 and 8 with the score last, MRPC's label first with the strings
 in 3 and 4; test files start with an index column and have no label. A header's text columns

@@ -2,7 +2,7 @@
 
 The release's layout: --data_dir/{train,dev,test}/{middle,high}/ with one JSON file per
 article ({"article", "questions", "options" (4 per question), "answers" ("A".."D"), "id"}).
-Each option becomes one row as the original's run_race.py builds it: the article, <sep>, the
+Each option becomes one row as the original's run_race builds it: the article, <sep>, the
 question with the option put in place of "_" (or appended after a space), <sep>, <cls>; the
 question-and-option part keeps its last max_qa_length tokens, the article its first tokens
 that fit. (The original appends to the article's token list in place, so that from the
