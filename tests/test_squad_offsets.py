@@ -57,14 +57,13 @@ def _paragraph(lang: str, rng: np.random.Generator) -> tuple[str, int, str]:
         gaps[first - 1], gaps[first + count - 1] = "，", "。"
     else:
         gaps = [rng.choice([" ", " ", " ", "  ", "\t", " \n "]) for _ in range(19)]
-    text = words[0] + "".join(g + w for g, w in zip(gaps, words[1:], strict=True))
-    start = len(words[0]) + sum(len(g) + len(w) for g, w in zip(gaps, words[1:first]))
-    start += len(gaps[first - 1])
-    answer = "".join(
-        w + (g if i < count - 1 else "")
-        for i, (w, g) in enumerate(zip(words[first:], gaps[first:] + [""]))
-        if i < count
-    )
+    text, start, end = words[0], 0, 0
+    for i, (gap, word) in enumerate(zip(gaps, words[1:], strict=True), start=1):
+        text += gap
+        start = len(text) if i == first else start
+        text += word
+        end = len(text) if i == first + count - 1 else end
+    answer = text[start:end]
     assert text[start : start + len(answer)] == answer
     return text, start, answer
 
