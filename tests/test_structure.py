@@ -71,7 +71,7 @@ def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
 def test_every_room_has_a_layer_and_the_top_level_is_small():
     rooms = {p.stem for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__")}
     assert rooms == {room for rooms in xlnet_jax.LAYERS for room in rooms}
-    assert len([p for p in PACKAGE.iterdir() if p.name != "__pycache__"]) <= 13
+    assert len([p for p in PACKAGE.iterdir() if p.name != "__pycache__"]) <= 14
 
 
 def test_imports_flow_down_the_layers():

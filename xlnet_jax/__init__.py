@@ -8,6 +8,7 @@ package and the layers below it, never a layer above or a sibling package of its
 
 LAYERS = (
     ("cli",),  # the `xlnet-jax` command line
+    ("finetune",),  # fine-tuning tasks, their features, heads' losses, loop and metrics
     ("launch", "training"),  # pod and local-process launcher; the train loop, steps, compile
     ("run",),  # what checks and owns a run: config validation, workdir, lease, init_from
     ("checkpoint",),  # train state on storage: orbax steps, meta, checksums, HF weights

@@ -379,3 +379,96 @@ def _copy_tokenizer(src: str | os.PathLike, out: str | os.PathLike) -> None:
         tokenizer = paths.as_path(src) / name
         if tokenizer.is_file():
             tokenizer.copy(paths.as_path(out) / name, overwrite=True)
+
+
+# --- fine-tuning heads ---------------------------------------------------------------------
+
+# The parameters XLNetLM has and the encoder (model/encoder.py) does not.
+_LM_ONLY = ("mask_emb", "lm_bias")
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadMapping:
+    """How one of our task heads is written for HF: the class that loads it, the config keys
+    that class reads, and each HF key -> (our path under the head's params, torch Linear
+    weight, i.e. transposed?)."""
+
+    hf_class: str
+    keys: Mapping[str, tuple[tuple[str, ...], bool]]
+
+
+_SEQUENCE_SUMMARY_KEYS = {
+    "sequence_summary.summary.weight": (("sequence_summary", "summary", "kernel"), True),
+    "sequence_summary.summary.bias": (("sequence_summary", "summary", "bias"), False),
+    "logits_proj.weight": (("logits_proj", "kernel"), True),
+    "logits_proj.bias": (("logits_proj", "bias"), False),
+}
+# Head name (a fine-tuning task's `head`) -> its HF mapping. A new head adds one entry.
+HEADS = {
+    "classification": HeadMapping("XLNetForSequenceClassification", _SEQUENCE_SUMMARY_KEYS),
+    "regression": HeadMapping("XLNetForSequenceClassification", _SEQUENCE_SUMMARY_KEYS),
+    "multiple_choice": HeadMapping("XLNetForMultipleChoice", _SEQUENCE_SUMMARY_KEYS),
+}
+
+
+def encoder_params(lm_params: Params) -> Params:
+    """The encoder's parameters (model/encoder.py) out of XLNetLM's: all but mask_emb, lm_bias."""
+    return {k: v for k, v in lm_params.items() if k not in _LM_ONLY}
+
+
+def _head_mapping(head: str) -> HeadMapping:
+    if head not in HEADS:
+        raise HFFormatError(f"head {head!r} has no HF mapping; known: {sorted(HEADS)}")
+    return HEADS[head]
+
+
+def head_params_to_hf(config: ModelConfig, params: Params, head: str) -> dict[str, np.ndarray]:
+    """The HF state dict of a fine-tuned model ({"transformer": encoder params, head params}),
+    for HEADS[head].hf_class. transformer.mask_emb, unused by the task classes' forward, is
+    written as zeros."""
+    params = jax.device_get(params)
+    lm = {
+        **params["transformer"],
+        "mask_emb": np.zeros((1, 1, config.d_model), np.float32),
+        "lm_bias": np.zeros((config.vocab_size,), np.float32),
+    }
+    state = params_to_hf(config, lm)
+    del state["lm_loss.bias"]
+    for key, (path, transpose) in _head_mapping(head).keys.items():
+        array = np.asarray(_get(params, path), np.float32)
+        state[key] = np.ascontiguousarray(array.T if transpose else array)
+    return state
+
+
+def head_params_from_hf(state: Mapping[str, np.ndarray], config: ModelConfig, head: str) -> Params:
+    """The inverse of head_params_to_hf: our fine-tuned model's params from HF's state dict."""
+    lm_state = {"lm_loss.bias": np.zeros((config.vocab_size,), np.float32), **state}
+    params: Params = {"transformer": encoder_params(params_from_hf(lm_state, config))}
+    for key, (path, transpose) in _head_mapping(head).keys.items():
+        if key not in state:
+            raise HFFormatError(f"HF state dict lacks the {head} head's {key}")
+        array = np.asarray(state[key], np.float32)
+        _set(params, path, array.T if transpose else array)
+    return params
+
+
+def save_hf_head(
+    path: str | os.PathLike, config: ModelConfig, params: Params, head: str, labels: list[str]
+) -> None:
+    """Writes config.json + model.safetensors that HEADS[head].hf_class loads, with `labels`
+    (the task's label names; one name for regression and multiple choice) as id2label."""
+    path = paths.as_path(path)
+    state = head_params_to_hf(config, params, head)
+    hf_config = config_to_hf(config)
+    hf_config["architectures"] = [_head_mapping(head).hf_class]
+    hf_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
+    hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
+    hf_config["summary_type"] = "last"
+    hf_config["summary_use_proj"] = True
+    hf_config["summary_activation"] = "tanh"
+    hf_config["summary_last_dropout"] = config.dropout
+    if head == "regression":
+        hf_config["problem_type"] = "regression"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / _CONFIG).write_text(json.dumps(hf_config, indent=2) + "\n")
+    (path / _HF_SAFETENSORS).write_bytes(safetensors.numpy.save(state, metadata={"format": "pt"}))

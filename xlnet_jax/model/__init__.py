@@ -4,6 +4,8 @@
   attention.py  two-stream relative attention (XLA path or the fused kernel)
   position.py   relative positional encodings and each row's window of scores
   flops.py      the model's FLOPs per step (MFU's numerator)
+  encoder.py    XLNetEncoder: the content stream alone, with padding masks and memory
+  heads.py      SequenceHead: the summary at <cls> and one projection (fine-tuning)
   kernels/      the fused Pallas attention kernel and its masks
 Imports config and errors only.
 """

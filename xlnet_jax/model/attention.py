@@ -110,27 +110,29 @@ class TwoStreamRelativeAttention(nn.Module):
     def __call__(
         self,
         h: jax.Array,
-        g: jax.Array,
+        g: jax.Array | None,
         mem: jax.Array,
         pos_emb: jax.Array,
         content: QueryRows | KernelRows,
-        query: QueryRows | KernelRows,
+        query: QueryRows | KernelRows | None,
         shared_biases: tuple[jax.Array, jax.Array, jax.Array] | None,
-    ) -> tuple[jax.Array, jax.Array]:
+    ) -> tuple[jax.Array, jax.Array | None]:
         """Runs one layer's attention for both streams.
 
         Args:
           h: [B, L, D] content stream (the layer input).
-          g: [B, P, D] query stream at the targets.
+          g: [B, P, D] query stream at the targets, or None: the content stream alone (the
+            fine-tuning encoder).
           mem: [B, M, D] memory of this layer (prepended to the keys, always visible).
           pos_emb: [1 or B, K + L, D] relative encodings (per row when bi_data).
           content: QueryRows (XLA) or KernelRows (Pallas) of the content stream (positions
             arange(L)).
-          query: the same for the query stream (positions = targets).
+          query: the same for the query stream (positions = targets); None with g None.
           shared_biases: (r_w, r_r, r_s) shared by all layers, or None to own them (untie_r).
 
         Returns:
-          (h, g) after attention, residual and LayerNorm: [B, L, D] and [B, P, D].
+          (h, g) after attention, residual and LayerNorm: [B, L, D] and [B, P, D] (None when
+          g is None).
         """
         cfg = self.config
         dtype = jnp.dtype(cfg.dtype)
@@ -211,4 +213,4 @@ class TwoStreamRelativeAttention(nn.Module):
             out = hidden_dropout(out, deterministic=self.deterministic)
             return layer_norm(out + x)
 
-        return attend(h, content, "length"), attend(g, query, "targets")
+        return attend(h, content, "length"), None if g is None else attend(g, query, "targets")

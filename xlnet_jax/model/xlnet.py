@@ -174,7 +174,8 @@ class XLNetLayer(nn.Module):
         """Runs one layer.
 
         Args:
-          carry: (h [B, L, D], g [B, P, D]), the layer's content and query stream inputs.
+          carry: (h [B, L, D], g [B, P, D] or None), the layer's content and query stream
+            inputs; g None runs the content stream alone (the fine-tuning encoder).
           mem: float32 [B, M, D], this layer's memory (scanned over layers).
           pos_emb, content, query, shared_biases: as TwoStreamRelativeAttention (broadcast).
 
@@ -190,8 +191,25 @@ class XLNetLayer(nn.Module):
         )
         ffn = FeedForward(cfg, self.deterministic, name="ffn")
         h = nn.with_logical_constraint(ffn(h), ("batch", "length", "embed"))
-        g = nn.with_logical_constraint(ffn(g), ("batch", "targets", "embed"))
+        if g is not None:
+            g = nn.with_logical_constraint(ffn(g), ("batch", "targets", "embed"))
         return (h, g), new_mem
+
+
+def layer_stack(cfg: ModelConfig, deterministic: bool) -> nn.Module:
+    """The n_layer XLNetLayers under nn.scan, named "layers" (parameters stacked on a leading
+    axis). Call inside a compact method: (h, g), mems [n_layer, B, M, D], pos_emb, content rows,
+    query rows, shared biases -> ((h, g), new mems [n_layer, B, mem_len', D])."""
+    layer_cls = nn.remat(XLNetLayer, prevent_cse=False) if cfg.remat else XLNetLayer
+    return nn.scan(
+        layer_cls,
+        variable_axes={"params": 0},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+        length=cfg.n_layer,
+        unroll=min(cfg.scan_unroll, cfg.n_layer),
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )(cfg, deterministic, name="layers")
 
 
 def _check_inputs(cfg: ModelConfig, input_ids, seg_ids, perm_mask, target_pos, mems, is_backward):
@@ -312,17 +330,8 @@ class XLNetLM(nn.Module):
                 perm_mask = perm_mask.dense()
             content, query = _stream_rows(perm_mask.astype(bool), seg_ids, target_pos, mem_len)
         shared_biases = None if cfg.untie_r else RelativeBiases(cfg, name="rel_biases")()
-        layer_cls = nn.remat(XLNetLayer, prevent_cse=False) if cfg.remat else XLNetLayer
-        layers = nn.scan(
-            layer_cls,
-            variable_axes={"params": 0},
-            split_rngs={"params": True, "dropout": True},
-            in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-            length=cfg.n_layer,
-            unroll=min(cfg.scan_unroll, cfg.n_layer),
-            metadata_params={nn.PARTITION_NAME: "layers"},
-        )(cfg, deterministic, name="layers")
         mems = nn.with_logical_constraint(mems, ("layers", "batch", "mem_length", "embed"))
+        layers = layer_stack(cfg, deterministic)
         (_, g), new_mems = layers((h, g), mems, pos_emb, content, query, shared_biases)
 
         g = dropout(g, deterministic=deterministic)
