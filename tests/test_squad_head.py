@@ -1,126 +1,146 @@
-"""The SQuAD head against transformers.XLNetForQuestionAnswering on the same weights.
+"""SquadModel (encoder + QA head) against transformers.XLNetForQuestionAnswering, same weights.
 
-HF's transformer output is fed to our QAHead, so this checks the head alone; the figures
-are printed with `-s`. HF's `start_top_log_probs`/`end_top_log_probs` hold probabilities
-(softmax, despite the name); ours are log-probabilities, as the original's, so ours are
-compared through exp. HF lays end_top_* out [B, end_n_top * start_n_top] end-major; ours
-are [B, start_n_top, end_n_top].
+Windows laid out as windows.py builds them (paragraph <sep> question <sep> <cls>, padding on
+the right), HF given the same p_mask, cls_index and input_mask. The figures print with -s.
+HF's `start_top_log_probs`/`end_top_log_probs` hold probabilities (a softmax, despite the
+name); ours are log-probabilities as the original's, so ours are compared through exp. HF
+lays end_top_* out [B, end_n_top * start_n_top] end-major; ours are [B, start_n_top, end_n_top].
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 import torch
 import transformers
 
 from tests.test_model_parity import randomize_
-from xlnet_jax.checkpoint.hf import config_from_hf
-from xlnet_jax.checkpoint.hf_qa import head_from_hf, head_to_hf
-from xlnet_jax.model.qa_head import QAHead, qa_loss
+from xlnet_jax.checkpoint.hf import config_from_hf, head_params_from_hf, save_hf_head
+from xlnet_jax.data.tokenizer import CLS_ID, SEP_ID
+from xlnet_jax.finetune.squad.model import SquadModel, answer_mask
+from xlnet_jax.model.qa_head import qa_loss
 
-SMALL = dict(vocab_size=64, d_model=32, n_layer=1, n_head=4, d_inner=64)
-BATCH, LENGTH, START_N_TOP, END_N_TOP = 3, 20, 4, 3
+SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64)
+LENGTH, START_N_TOP, END_N_TOP = 24, 4, 3
+PARAGRAPHS, QUESTIONS = (12, 9, 15), (4, 5, 3)  # a window each; the rest is padding
 TOLERANCE = 1e-5
+
+
+def _windows(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    batch = len(PARAGRAPHS)
+    ids = np.zeros((batch, LENGTH), np.int64)
+    types = np.full((batch, LENGTH), 3)
+    mask = np.ones((batch, LENGTH), np.float32)
+    p_mask = np.ones((batch, LENGTH), np.float32)
+    cls_index = np.zeros(batch, np.int64)
+    for b, (p, q) in enumerate(zip(PARAGRAPHS, QUESTIONS, strict=True)):
+        words = rng.integers(9, SMALL["vocab_size"], p + q)
+        ids[b, : p + q + 3] = [*words[:p], SEP_ID, *words[p:], SEP_ID, CLS_ID]
+        types[b, : p + q + 3] = [0] * (p + 1) + [1] * (q + 1) + [2]
+        mask[b, : p + q + 3] = 0
+        p_mask[b, :p] = 0
+        p_mask[b, p + q + 2] = 0
+        cls_index[b] = p + q + 2
+    return dict(
+        input_ids=ids, token_type_ids=types, input_mask=mask, p_mask=p_mask, cls_index=cls_index
+    )
 
 
 @pytest.fixture(scope="module")
 def reference():
-    """An HF QA model with O(1) random weights, a batch, HF's hidden states, our head."""
+    """An HF QA model with O(1) random weights, a batch, and our params from its state dict."""
     torch.manual_seed(0)
     hf_config = transformers.XLNetConfig(
         **SMALL, start_n_top=START_N_TOP, end_n_top=END_N_TOP, mem_len=None
     )
     model = transformers.XLNetForQuestionAnswering(hf_config).eval()
     randomize_(model, seed=3)
-    with torch.no_grad():  # the head's LayerNorm weight and last biases away from 1 and 0
+    with torch.no_grad():  # the head's LayerNorm and biases away from their 1 and 0 init
         for name, p in model.named_parameters():
             if not name.startswith("transformer"):
                 p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(7)))
-    rng = np.random.default_rng(0)
-    p_mask = np.ones((BATCH, LENGTH), np.float32)
-    token_types = np.ones((BATCH, LENGTH), np.int64)  # the question
-    for b, paragraph in enumerate((12, 9, 15)):
-        p_mask[b, :paragraph] = 0
-        token_types[b, : paragraph + 1] = 0  # the paragraph and its <sep>
-    p_mask[:, -1] = 0  # <cls>, where a no-answer points
-    token_types[:, -1] = 2
-    batch = {
-        "input_ids": rng.integers(0, SMALL["vocab_size"], (BATCH, LENGTH)),
-        "token_type_ids": token_types,
-        "p_mask": p_mask,
-        "cls_index": np.full(BATCH, LENGTH - 1),
-    }
-    with torch.no_grad():
-        hidden = model.transformer(
-            input_ids=torch.tensor(batch["input_ids"]),
-            token_type_ids=torch.tensor(batch["token_type_ids"]),
-        ).last_hidden_state.numpy()
     state = {k: v.numpy() for k, v in model.state_dict().items()}
     config = config_from_hf(hf_config.to_dict())
-    return model, batch, hidden, head_from_hf(state), config
+    params = head_params_from_hf(state, config, "question_answering")
+    return model, _windows(np.random.default_rng(0)), params, config
+
+
+def _ours(config, params, batch, start_positions=None):
+    net = SquadModel(config, START_N_TOP, END_N_TOP)
+    mems = jnp.zeros((config.n_layer, len(batch["input_ids"]), 0, config.d_model))
+    outputs, _, _ = net.apply(
+        {"params": params},
+        batch["input_ids"].astype(np.int32),
+        batch["token_type_ids"].astype(np.int32),
+        batch["input_mask"] > 0,
+        mems,
+        jnp.zeros((len(batch["input_ids"]), 0), bool),
+        start_positions,
+        deterministic=True,
+    )
+    return jax.tree.map(np.asarray, outputs)
 
 
 def _hf(model, batch, **labels):
     with torch.no_grad():
-        return model(
-            input_ids=torch.tensor(batch["input_ids"]),
-            token_type_ids=torch.tensor(batch["token_type_ids"]),
-            p_mask=torch.tensor(batch["p_mask"]),
-            cls_index=torch.tensor(batch["cls_index"]),
-            **{k: torch.tensor(v) for k, v in labels.items()},
-        )
+        return model(**{k: torch.tensor(v) for k, v in {**batch, **labels}.items()})
+
+
+def _hf_end(x) -> np.ndarray:
+    return x.numpy().reshape(-1, END_N_TOP, START_N_TOP).transpose(0, 2, 1)
+
+
+def test_p_mask_follows_from_the_layout(reference):
+    _, batch, _, _ = reference
+    derived = answer_mask(batch["input_ids"], batch["token_type_ids"], batch["input_mask"] > 0)
+    np.testing.assert_array_equal(np.asarray(derived), batch["p_mask"])
 
 
 def test_evaluation_outputs_equal_hf(reference):
-    model, batch, hidden, params, config = reference
-    ours = QAHead(config, START_N_TOP, END_N_TOP).apply(
-        {"params": params}, hidden, batch["p_mask"], batch["cls_index"], deterministic=True
-    )
-    ours = jax.tree.map(np.asarray, ours)
-    theirs = _hf(model, batch)
-    hf_end = lambda x: x.numpy().reshape(BATCH, END_N_TOP, START_N_TOP).transpose(0, 2, 1)  # noqa: E731
+    model, batch, params, config = reference
+    ours, theirs = _ours(config, params, batch), _hf(model, batch)
     np.testing.assert_array_equal(ours["start_top_index"], theirs.start_top_index.numpy())
-    np.testing.assert_array_equal(ours["end_top_index"], hf_end(theirs.end_top_index))
+    np.testing.assert_array_equal(ours["end_top_index"], _hf_end(theirs.end_top_index))
     diffs = {
         "start_top_log_probs": np.abs(
             np.exp(ours["start_top_log_probs"]) - theirs.start_top_log_probs.numpy()
         ).max(),
         "end_top_log_probs": np.abs(
-            np.exp(ours["end_top_log_probs"]) - hf_end(theirs.end_top_log_probs)
+            np.exp(ours["end_top_log_probs"]) - _hf_end(theirs.end_top_log_probs)
         ).max(),
         "cls_logits": np.abs(ours["cls_logits"] - theirs.cls_logits.numpy()).max(),
     }
-    print(f"\nQA head vs HF, evaluation, max |diff|: {diffs}")
+    print(f"\nSquadModel vs XLNetForQuestionAnswering, evaluation, max |diff|: {diffs}")
     assert np.abs(ours["cls_logits"]).max() > 0.1  # the answer class is not trivially zero
     assert max(diffs.values()) <= TOLERANCE
 
 
 def test_training_loss_equals_hf(reference):
-    model, batch, hidden, params, config = reference
+    model, batch, params, config = reference
     labels = {
-        "start_positions": np.array([3, LENGTH - 1, 14]),
-        "end_positions": np.array([5, LENGTH - 1, 14]),
+        "start_positions": np.array([3, batch["cls_index"][1], 14]),
+        "end_positions": np.array([5, batch["cls_index"][1], 14]),
         "is_impossible": np.array([0.0, 1.0, 0.0], np.float32),
     }
-    outputs = QAHead(config, START_N_TOP, END_N_TOP).apply(
-        {"params": params},
-        hidden,
-        batch["p_mask"],
-        batch["cls_index"],
-        labels["start_positions"],
-        deterministic=True,
-    )
+    outputs = _ours(config, params, batch, labels["start_positions"].astype(np.int32))
     ours = float(qa_loss(outputs, **labels))
     theirs = float(_hf(model, batch, **labels).loss)
-    print(f"\nQA head vs HF, training loss: ours {ours:.7f}, HF {theirs:.7f}")
+    print(f"\nSquadModel vs XLNetForQuestionAnswering, training loss: {ours:.7f} / {theirs:.7f}")
     assert abs(ours - theirs) <= TOLERANCE * max(1.0, abs(theirs))
 
 
-def test_export_names_round_trip(reference):
-    model, _, _, params, _ = reference
-    exported = head_to_hf(params)
-    state = model.state_dict()
-    head_keys = {k for k in state if not k.startswith("transformer.")}
-    assert set(exported) == head_keys
-    for key, value in exported.items():
-        np.testing.assert_array_equal(value, state[key].numpy())
+def test_export_loads_into_hf_with_the_same_outputs(reference, tmp_path):
+    model, batch, params, config = reference
+    save_hf_head(tmp_path, config, params, "question_answering", ["answer"])
+    # the export leaves start_n_top/end_n_top at HF's default 5/5 (the presets' values)
+    loaded = transformers.XLNetForQuestionAnswering.from_pretrained(
+        tmp_path, start_n_top=START_N_TOP, end_n_top=END_N_TOP
+    ).eval()
+    state = safetensors.numpy.load_file(tmp_path / "model.safetensors")
+    for key, value in model.state_dict().items():
+        if key != "transformer.mask_emb":  # unused by the QA forward; written as zeros
+            np.testing.assert_array_equal(state[key], value.numpy(), err_msg=key)
+    theirs, reloaded = _hf(model, batch), _hf(loaded, batch)
+    np.testing.assert_array_equal(reloaded.cls_logits.numpy(), theirs.cls_logits.numpy())
+    np.testing.assert_array_equal(reloaded.end_top_index.numpy(), theirs.end_top_index.numpy())
