@@ -147,14 +147,13 @@ class QAHead(nn.Module):
         }
 
 
-def qa_loss(
+def qa_losses(
     outputs: dict[str, jax.Array],
     start_positions: jax.Array,
     end_positions: jax.Array,
     is_impossible: jax.Array,
-    weights: jax.Array | None = None,
 ) -> jax.Array:
-    """The original's loss, averaged over the batch (weighted by `weights` [B] if given):
+    """The original's loss of each window [B] (its mean over a batch is the original's):
     (CE(start) + CE(end)) / 2 + BCE(cls_logits, is_impossible) / 2."""
 
     def cross_entropy(logits, positions):
@@ -164,10 +163,7 @@ def qa_loss(
     start = cross_entropy(outputs["start_logits"], start_positions)
     end = cross_entropy(outputs["end_logits"], end_positions)
     cls = sigmoid_cross_entropy(outputs["cls_logits"], is_impossible.astype(jnp.float32))
-    per_example = (start + end) * 0.5 + cls * 0.5
-    if weights is None:
-        return per_example.mean()
-    return (per_example * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+    return (start + end) * 0.5 + cls * 0.5
 
 
 def sigmoid_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:

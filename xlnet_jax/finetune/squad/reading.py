@@ -1,7 +1,8 @@
 """SQuAD-format json: articles of paragraphs of questions, read into one record per question.
 
 The version is told from the data: any `is_impossible` key, or a `version` naming 2.0, is
-SQuAD 2.0; a `version` naming 1.1 is SQuAD 1.1; otherwise `squad_version` must say. Bad
+SQuAD 2.0; a `version` naming 1.1 is SQuAD 1.1; otherwise `squad_version` must say
+(`check_version`). Bad
 questions (an answer whose `answer_start` does not point at its text, no id, a repeated id,
 an empty context, an answerable question without answers) are one line naming the id. A
 training set may drop them instead (`drop_bad`): the reader then says how many and which.
@@ -44,11 +45,13 @@ class Question:
 def read_squad(
     path: str, *, squad_version: str = "", drop_bad: bool = False
 ) -> tuple[list[Question], str]:
-    """(questions in file order, the SQuAD version "1.1" or "2.0") of one SQuAD-format file.
+    """(questions in file order, the SQuAD version) of one SQuAD-format file.
 
     Args:
       path: the json file.
-      squad_version: "" to tell from the data, or "1.1" / "2.0".
+      squad_version: "" to tell from the data ("" is returned when it cannot tell: the file
+        has no is_impossible keys, so its questions read the same either way), or "1.1" /
+        "2.0" to read it as that version.
       drop_bad: drop bad questions (printing their count and first ids) instead of refusing.
     """
     file = epath.Path(path)
@@ -90,9 +93,7 @@ def read_squad(
 def _version(path: str, data: dict, asked: str) -> str:
     """The SQuAD version of a file, or a DataError saying to pass --config.squad_version."""
     if asked:
-        if asked not in VERSIONS:
-            raise DataError(f"squad_version must be one of {VERSIONS} or '', got {asked!r}.")
-        return asked
+        return check_version(path, "", asked)
     named = str(data.get("version", ""))
     impossible = any(
         "is_impossible" in qa
@@ -105,12 +106,20 @@ def _version(path: str, data: dict, asked: str) -> str:
     )
     if impossible or "2.0" in named:
         return "2.0"
-    if "1.1" in named:
-        return "1.1"
-    raise DataError(
-        f"{path}: cannot tell the SQuAD version (version {named!r}, no is_impossible keys); "
-        "pass --config.squad_version=1.1 or 2.0."
-    )
+    return "1.1" if "1.1" in named else ""
+
+
+def check_version(path: str, version: str, asked: str) -> str:
+    """The version to score `path` as: `asked` when given, else the one told from the data,
+    else a DataError saying to pass --config.squad_version."""
+    if asked and asked not in VERSIONS:
+        raise DataError(f"squad_version must be one of {VERSIONS} or '', got {asked!r}.")
+    if not (asked or version):
+        raise DataError(
+            f"{path}: cannot tell the SQuAD version (no version field naming 1.1 or 2.0, no "
+            "is_impossible keys); pass --config.squad_version=1.1 or 2.0."
+        )
+    return asked or version
 
 
 def _items(path: str, parent, key: str, where: str) -> list:

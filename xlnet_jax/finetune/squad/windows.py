@@ -7,8 +7,9 @@ scored only in the window where it has the most context on both sides (`max_cont
 Segment ids: paragraph and its <sep> 0, question and its <sep> 1, <cls> 2; padding is added
 when windows are batched (`batch`), on the right with input_mask 1, as the original.
 p_mask is 1 where no answer may start or end: the question, the <sep>s and padding, but not
-<cls>, which is where a no-answer points. In training, a window that does not hold the
-whole answer is a no-answer window (start = end = <cls>), as an unanswerable question.
+<cls>, which is where a no-answer points. Labels come from a question's first answer (the
+training label; on dev they give the dev loss): a window that does not hold the whole
+answer is a no-answer window (start = end = <cls>), as an unanswerable question.
 """
 
 import dataclasses
@@ -33,8 +34,8 @@ class Window:
       input_ids, seg_ids, p_mask: int32 [n] (unpadded; n <= seq_len).
       paragraph_len: the paragraph pieces at the window's start.
       cls_index: position of <cls> (n - 1).
-      start_position, end_position: the answer's pieces in the window (training), or
-        cls_index for a no-answer window; -1 outside training.
+      start_position, end_position: the first answer's pieces in the window, or cls_index
+        for a no-answer window.
       is_impossible: 1.0 for a no-answer window, else 0.0.
       char_start, char_end: int64 [paragraph_len]: the paragraph characters of each piece.
       max_context: bool [paragraph_len]: this window is where the piece has most context.
@@ -111,8 +112,6 @@ def question_windows(
     sp: spm.SentencePieceProcessor,
     questions: list[Question],
     config: WindowConfig,
-    *,
-    training: bool,
 ) -> list[Window]:
     """Every question's windows, in question order (a paragraph is tokenised once)."""
     config.check()
@@ -126,7 +125,7 @@ def question_windows(
         query = offsets.tokenize(
             sp, question.question, uncased=config.uncased, keep_accents=config.keep_accents
         ).ids[: config.max_query_length]
-        windows += _windows(q, question, paragraphs[question.context], query, config, training)
+        windows += _windows(q, question, paragraphs[question.context], query, config)
     return windows
 
 
@@ -144,11 +143,10 @@ def _windows(
     pieces: offsets.Pieces,
     query: np.ndarray,
     config: WindowConfig,
-    training: bool,
 ) -> list[Window]:
     room = config.seq_len - len(query) - 3
     spans_ = spans(len(pieces.ids), room, config.doc_stride)
-    answer = None if question.is_impossible or not training else _answer_pieces(question, pieces)
+    answer = None if question.is_impossible else _answer_pieces(question, pieces)
     out = []
     for i, (start, length) in enumerate(spans_):
         stop = start + length
@@ -166,8 +164,6 @@ def _windows(
         first, last = cls_index, cls_index
         if answer is not None and start <= answer[0] and answer[1] < stop:
             first, last = answer[0] - start, answer[1] - start
-        if not training:
-            first = last = -1
         out.append(
             Window(
                 question=q,
@@ -178,7 +174,7 @@ def _windows(
                 cls_index=cls_index,
                 start_position=first,
                 end_position=last,
-                is_impossible=float(training and first == cls_index),
+                is_impossible=float(first == cls_index),
                 char_start=pieces.start[start:stop],
                 char_end=pieces.end[start:stop],
                 max_context=np.array([max_context(spans_, i, p) for p in range(start, stop)]),
