@@ -126,17 +126,21 @@ class Squad(Task):
 
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
         return qa_losses(
-            outputs, batch["start_positions"], batch["end_positions"], batch["is_impossible"]
+            outputs["train"],
+            batch["start_positions"],
+            batch["end_positions"],
+            batch["is_impossible"],
         )
 
     def predict(
         self,
         examples: Sequence[reading.Question],
         features: SquadFeatures,
-        outputs: dict[str, np.ndarray],
+        outputs: dict[str, dict[str, np.ndarray]],
         labels: list[str],
     ) -> list[dict]:
         del labels
+        outputs = outputs["eval"]
         results = [
             postprocess.WindowResult(
                 outputs["start_top_log_probs"][n],
