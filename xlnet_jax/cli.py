@@ -1,4 +1,4 @@
-"""The `xlnet-jax` command: prepare, train, eval, compile, launch, import-hf, export-hf.
+"""The `xlnet-jax` command: prepare, train, eval, finetune, compile, launch, import-hf, export-hf.
 
 Each subcommand has its own absl flags (`xlnet-jax COMMAND --help`). Every error is one
 line, `xlnet-jax COMMAND: error: ...`, with no traceback. Exit codes: 0 done; 1 a known
@@ -12,6 +12,7 @@ budget (rerun when it answers: training resumes; `launch run` does so itself); 1
 import dataclasses
 import difflib
 import glob
+import json
 import logging
 import os
 import sys
@@ -412,6 +413,71 @@ def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     return 0
 
 
+def _define_finetune(fv: flags.FlagValues) -> None:
+    _define_config(fv)
+    flags.DEFINE_string(
+        "task_name",
+        None,
+        "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli, race, classification or "
+        "regression (case-insensitive).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "data_dir",
+        None,
+        "The task's files, laid out as GLUE or RACE distribute them.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "init_from",
+        None,
+        "The pretrained model: a pretraining workdir (its newest checkpoint) or an HF XLNet "
+        "directory; its tokenizer comes with it.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "workdir", None, "Run directory: checkpoints, metrics, predictions.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "seeds",
+        1,
+        "Fine-tune N times with seeds config.seed .. + N - 1 (WORKDIR/seed_K each), one after "
+        "another on this host, and report each result and the median (WORKDIR/seeds.json).",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool(
+        "random_weights",
+        False,
+        "Start from random weights of --init_from's shape and tokenizer: the baseline a "
+        "pretraining must beat.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer("num_cpu_devices", None, "Simulated CPU devices (tests).", flag_values=fv)
+
+
+def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
+    del args
+    config = _config(fv)
+    names = ("task_name", "data_dir", "init_from", "workdir")
+    task_name, data_dir, init_from, workdir = (_require(fv, name) for name in names)
+    if fv.seeds < 1:
+        raise UsageError(f"--seeds must be at least 1, got {fv.seeds}")
+    if fv.num_cpu_devices:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
+    from xlnet_jax.finetune import loop, prepare, seeds
+
+    inputs = prepare.read_inputs(config, task_name, data_dir, init_from)
+    if fv.seeds == 1:
+        results = loop.finetune(inputs, workdir, random_weights=fv.random_weights)
+        print(json.dumps(results, indent=2))
+        return 0
+    record = seeds.finetune_seeds(inputs, workdir, fv.seeds, random_weights=fv.random_weights)
+    print(json.dumps(record, indent=2))
+    return 0
+
+
 def _define_compile(fv: flags.FlagValues) -> None:
     _define_config(fv)
     flags.DEFINE_string(
@@ -445,6 +511,11 @@ COMMANDS = {
         "Evaluate WORKDIR's newest checkpoint (or --init_from params) on a validation split.",
         _define_eval,
         _eval_main,
+    ),
+    "finetune": Command(
+        "Fine-tune a pretrained model on GLUE, RACE or your own labels (resumes from WORKDIR).",
+        _define_finetune,
+        _finetune_main,
     ),
     "compile": Command(
         "AOT-compile the train step for a TPU slice or NVIDIA cards and report memory.",

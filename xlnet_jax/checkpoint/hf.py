@@ -384,6 +384,10 @@ def _copy_tokenizer(src: str | os.PathLike, out: str | os.PathLike) -> None:
 
 # --- fine-tuning heads ---------------------------------------------------------------------
 
+# In a fine-tuning workdir: {"task", "head" (a key of HEADS), "labels", ...}, written by
+# the run, read by export-hf to write the head.
+FINETUNE_FILE = "finetune.json"
+
 # The parameters XLNetLM has and the encoder (model/encoder.py) does not.
 _LM_ONLY = ("mask_emb", "lm_bias")
 

@@ -105,8 +105,14 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def metrics(self, examples: Sequence[Any], predictions: list[dict]) -> dict[str, float]:
-        """The official metrics of a labelled split."""
+        """The official metrics of a labelled split (the loop asks for the eval splits, and
+        for a test split only when `labelled` says its examples carry labels)."""
 
-    def submission(self, predictions: list[dict]) -> tuple[str, str] | None:
+    def labelled(self, examples: Sequence[Any]) -> bool:
+        """Whether these examples carry gold labels (RACE's test split does)."""
+        return all(getattr(e, "label", None) is not None for e in examples)
+
+    def submission(self, split: str, predictions: list[dict]) -> tuple[str, str] | None:
         """(file name, text) of a leaderboard submission for a test split, or None."""
+        del split, predictions
         return None

@@ -1,0 +1,64 @@
+"""A task's module over a batch of texts read as segments through the recurrence memory.
+
+Inputs are [B, S, *rows, L] (task.py): the S segments of each text run in order under one
+`lax.scan`, each segment's memory the last mem_len positions of the ones before (padding
+marked, so never attended), and the head's outputs of the last segment are the result. With
+S = 1 it is one call with no memory, as the original's classifier. The memory is a
+constant to the gradient (as in pretraining): earlier segments are read, not trained through.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from xlnet_jax.finetune.task import INPUT_KEYS
+
+
+def apply_segments(
+    module: nn.Module,
+    params,
+    inputs: dict[str, jax.Array],
+    *,
+    deterministic: bool,
+    dropout_key: jax.Array | None = None,
+):
+    """The module's outputs on the last segment, with leading axes [B, *rows].
+
+    Args:
+      module: a task module (task.Task.module); its config's mem_len is the memory length.
+      params: its parameters.
+      inputs: INPUT_KEYS, each [B, S, *rows, L].
+      deterministic: disables dropout; otherwise dropout_key seeds it (one key per segment).
+    """
+    ids = inputs["input_ids"]
+    batch, segments, *rows, length = ids.shape
+    num_rows = batch * math.prod(rows)
+
+    def by_segment(x: jax.Array) -> jax.Array:  # [B, S, *rows, L] -> [S, B * rows, L]
+        return jnp.moveaxis(x, 1, 0).reshape(segments, num_rows, length)
+
+    cfg = module.config
+    mem_len = cfg.mem_len if segments > 1 else 0
+    carry = (
+        jnp.zeros((cfg.n_layer, num_rows, mem_len, cfg.d_model), jnp.float32),
+        jnp.ones((num_rows, mem_len), bool),
+    )
+
+    def segment(carry, xs):
+        ids, seg_ids, input_mask, index = xs
+        rngs = {} if deterministic else {"dropout": jax.random.fold_in(dropout_key, index)}
+        outputs, mems, mem_mask = module.apply(
+            {"params": params}, ids, seg_ids, input_mask, *carry,
+            deterministic=deterministic, rngs=rngs,
+        )  # fmt: skip
+        return (mems, mem_mask), outputs
+
+    xs = (*(by_segment(inputs[k]) for k in INPUT_KEYS), jnp.arange(segments))
+    if segments == 1:
+        _, outputs = segment(carry, jax.tree.map(lambda x: x[0], xs))
+    else:
+        _, outputs = jax.lax.scan(segment, carry, xs)
+        outputs = jax.tree.map(lambda x: x[-1], outputs)
+    return jax.tree.map(lambda x: x.reshape(batch, *rows, *x.shape[1:]), outputs)

@@ -1,0 +1,162 @@
+"""The fine-tuning loop: train with checkpoints and resume, evaluate, write predictions.
+
+A run in a workdir that holds checkpoints resumes from the newest intact one and ends
+exactly as an uninterrupted run would: the batch and the dropout of step t are functions
+of (seed, step) only (batches.py, program.py). The workdir is locked (or leased on gs://)
+as in pretraining, and no write outlives the lease.
+"""
+
+import contextlib
+import logging
+import math
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from xlnet_jax.checkpoint.checkpointer import Checkpointer
+from xlnet_jax.checkpoint.hf import encoder_params
+from xlnet_jax.checkpoint.meta import make_meta
+from xlnet_jax.finetune import batches, outputs
+from xlnet_jax.finetune.prepare import Inputs, Split
+from xlnet_jax.finetune.program import FinetuneProgram, build
+from xlnet_jax.run.fence import Fence
+from xlnet_jax.run.workdir import prepare_workdir
+from xlnet_jax.training import run_config, sharding
+from xlnet_jax.training.metrics import MetricsWriter
+from xlnet_jax.training.progress import ProgressLine
+
+log = logging.getLogger(__name__)
+
+
+def predict(program: FinetuneProgram, params, split: Split, batch_size: int) -> tuple[float, list]:
+    """(mean loss, one prediction record per example) of a split, without dropout."""
+    total, weight, chunks = 0.0, 0.0, []
+    for batch, real in batches.eval_batches(split.features, batch_size):
+        loss_sum, count, out = program.predict_step(params, program.put_batch(batch))
+        total, weight = total + float(loss_sum), weight + float(count)
+        chunks.append(jax.tree.map(lambda x, n=real: np.asarray(x)[:n], out))
+    stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+    records = program.task.predict(split.examples, split.features, stacked, program.labels)
+    return total / max(weight, 1.0), records
+
+
+def evaluate(program: FinetuneProgram, params, inputs: Inputs) -> dict[str, dict]:
+    """{split: metrics and loss} of every labelled split (the eval splits, labelled tests)."""
+    results = {}
+    for split in [*inputs.evals, *inputs.tests]:
+        loss, records = predict(program, params, split, program.config.batch_size)
+        if program.task.labelled(split.examples):
+            metrics = program.task.metrics(split.examples, records)
+            results[split.name] = {**metrics, "loss": loss}
+    return results
+
+
+def _write_predictions(workdir: str, program: FinetuneProgram, params, inputs: Inputs) -> None:
+    for split in [*inputs.evals, *inputs.tests]:
+        _, records = predict(program, params, split, program.config.batch_size)
+        path = outputs.write_predictions(workdir, split.name, records)
+        log.info("wrote %s", path)
+        submission = program.task.submission(split.name, records)
+        if submission is not None:
+            log.info("wrote %s", outputs.write_submission(workdir, *submission))
+
+
+def _initial_state(program: FinetuneProgram, inputs: Inputs, random_weights: bool):
+    state = program.init_state()
+    if random_weights:
+        log.info(
+            "Starting from random weights (the tokenizer and shape of %s).", inputs.source.path
+        )
+        return state
+    shardings = jax.tree.map(lambda a: a.sharding, program.abstract_state.params["transformer"])
+    pretrained = jax.device_put(encoder_params(inputs.source.params), shardings)
+    log.info("Starting from the params of the %s %s.", inputs.source.kind, inputs.source.path)
+    return state.replace(params={**state.params, "transformer": pretrained})
+
+
+def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> dict[str, dict]:
+    """Fine-tunes to config.num_train_steps in `workdir` (resuming), then evaluates and writes
+    eval_results.json, predictions/ and test submissions; returns the final results."""
+    config: ml_collections.ConfigDict = inputs.config
+    mesh = sharding.make_mesh(config)
+    example = batches.train_batch(inputs.train.features, config.batch_size, config.seed, 0)
+    program = build(config, inputs.task, inputs.labels, mesh, example)
+    checkpoint_bytes = sum(
+        x.size * x.dtype.itemsize for x in jax.tree.leaves(program.abstract_state)
+    )
+    fingerprint = inputs.fingerprint()
+    with contextlib.ExitStack() as cleanup, program.activate():
+        lock = prepare_workdir(workdir, checkpoint_bytes)
+        cleanup.callback(lock.release)
+        fence = Fence.around(lock)
+        cleanup.callback(fence.close)
+        checkpointer = Checkpointer(workdir, config)
+        cleanup.callback(checkpointer.close)
+        state = checkpointer.restore(program.abstract_state, config, fingerprint)
+        if state is None:
+            state = _initial_state(program, inputs, random_weights)
+        start = int(jax.device_get(state.step))
+        if start:
+            log.info("Resumed from step %d in %s", start, workdir)
+        fence.check()
+        run_config.save(workdir, config)
+        outputs.write_run_info(workdir, {
+            "task": inputs.task.name, "head": inputs.task.head, "labels": inputs.labels,
+            "init_from": inputs.source.path, "random_weights": random_weights,
+        })  # fmt: skip
+        writer = MetricsWriter(workdir, drop=lambda record: record.get("step", 0) > start)
+        cleanup.callback(writer.close)
+        progress = ProgressLine(config.num_train_steps)
+        tokens = config.batch_size * math.prod(example["input_ids"].shape[1:])
+        interval_start, pending = time.time(), []
+        for step in range(start, config.num_train_steps):
+            batch = batches.train_batch(inputs.train.features, config.batch_size, config.seed, step)
+            state, metrics = program.train_step(state, program.put_batch(batch))
+            pending.append(metrics)
+            done = step + 1
+            save = done % config.checkpoint_every == 0 or done == config.num_train_steps
+            if save or done % config.log_every == 0:
+                records = jax.device_get(pending)
+                step_time = (time.time() - interval_start) / len(records)
+                for offset, record in enumerate(records):
+                    scalars = {k: float(v) for k, v in record.items()}
+                    writer.write(done - len(records) + offset + 1, scalars)
+                eta = (config.num_train_steps - done) * step_time
+                progress.note(
+                    f"step {done}/{config.num_train_steps} | loss {float(records[-1]['loss']):.4f}"
+                    f" | {tokens / step_time:,.0f} tok/s | {step_time * 1e3:.0f} ms/step | "
+                    f"ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}"
+                )
+                pending, interval_start = [], time.time()
+            if (
+                config.eval_every
+                and done % config.eval_every == 0
+                and done < config.num_train_steps
+            ):
+                for split, result in evaluate(program, state.params, inputs).items():
+                    writer.write(done, {f"{split}/{k}": v for k, v in result.items()}, kind="eval")
+                    progress.note(f"eval at step {done}, {split}: {_line(result)}")
+                interval_start = time.time()
+            if save:
+                fence.check()
+                writer.sync()
+                fence.check()
+                checkpointer.save(state, make_meta(config, fingerprint, done))
+        checkpointer.wait()
+        results = evaluate(program, state.params, inputs)
+        for split, result in results.items():
+            writer.write(config.num_train_steps, {f"{split}/{k}": v for k, v in result.items()},
+                         kind="eval")  # fmt: skip
+            progress.note(f"{split} at step {config.num_train_steps}: {_line(result)}")
+        fence.check()
+        outputs.write_json(
+            workdir, outputs.EVAL_RESULTS, {"step": config.num_train_steps, **results}
+        )
+        _write_predictions(workdir, program, state.params, inputs)
+    return results
+
+
+def _line(result: dict) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in result.items())

@@ -1,0 +1,41 @@
+"""What a fine-tuning run leaves for a user and a leaderboard, beside its checkpoints.
+
+eval_results.json       {split: {metric: value}} of the final evaluation, and the step
+predictions/SPLIT.jsonl one line per example in file order: index, prediction, logits
+TASK.tsv                a GLUE test split's submission (index<TAB>prediction)
+finetune.json           the task, its labels and head: what export-hf needs to write the
+                        head for HF's matching class (checkpoint/hf.py HEADS)
+"""
+
+import json
+
+from xlnet_jax import paths
+from xlnet_jax.checkpoint.hf import FINETUNE_FILE
+
+EVAL_RESULTS = "eval_results.json"
+
+
+def write_json(workdir: str, name: str, value: dict) -> None:
+    paths.write_bytes_atomic(
+        paths.as_path(workdir) / name, (json.dumps(value, indent=2) + "\n").encode()
+    )
+
+
+def write_predictions(workdir: str, split: str, predictions: list[dict]) -> str:
+    """Writes predictions/SPLIT.jsonl; returns its path."""
+    path = paths.as_path(workdir) / "predictions" / f"{split}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(p) + "\n" for p in predictions)
+    paths.write_bytes_atomic(path, text.encode())
+    return str(path)
+
+
+def write_submission(workdir: str, name: str, text: str) -> str:
+    path = paths.as_path(workdir) / name
+    paths.write_bytes_atomic(path, text.encode())
+    return str(path)
+
+
+def write_run_info(workdir: str, info: dict) -> None:
+    """finetune.json: {"task", "head", "labels", "data_dir", "init_from"}."""
+    write_json(workdir, FINETUNE_FILE, info)
