@@ -8,6 +8,7 @@ feature per window, and `predict` folds them back into one answer per question.
 """
 
 import dataclasses
+import json
 from collections.abc import Sequence
 
 import jax
@@ -20,6 +21,7 @@ from xlnet_jax.data import tokenizer
 from xlnet_jax.errors import DataError, MissingFileError
 from xlnet_jax.finetune.squad import metric, postprocess, reading, windows
 from xlnet_jax.finetune.squad.model import SquadModel
+from xlnet_jax.finetune.squad.windows import Window
 from xlnet_jax.finetune.task import Features, Task
 from xlnet_jax.finetune.text import TextEncoder
 from xlnet_jax.model.qa_head import qa_losses
@@ -62,7 +64,7 @@ def split_file(data_dir: str, split: str) -> str:
 class SquadFeatures(Features):
     """Features plus the windows they came from (the offsets postprocessing needs)."""
 
-    windows: list[windows.Window] = dataclasses.field(default_factory=list)
+    windows: list[Window] = dataclasses.field(default_factory=list)
 
 
 class Squad(Task):
@@ -168,6 +170,12 @@ class Squad(Task):
             }
             for i, q in enumerate(examples)
         ]
+
+    def submission(self, split: str, predictions: list[dict]) -> tuple[str, str]:
+        """predictions/<split>.json, {id: text}: what the official evaluate-v2.0.py and the
+        SQuAD leaderboard read (the null odds and n-best are in predictions/<split>.jsonl)."""
+        answers = {p["id"]: p["prediction"] for p in predictions}
+        return f"predictions/{split}.json", json.dumps(answers, indent=2, ensure_ascii=False)
 
     def metrics(
         self, examples: Sequence[reading.Question], predictions: list[dict]
