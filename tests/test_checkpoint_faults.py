@@ -2,8 +2,8 @@
 faults: the end-to-end test, tests/test_gcs_faults_e2e.py). A save under an outage fails
 in one line, training goes on, the failed step is never complete; failed saves in a row
 stop the run naming the newest complete step; a save that stalls is given up after
-save_wait_s. The retry policy (gcsfs and tensorstore follow it) is cut short here, so
-that each test takes seconds; every wait is bounded."""
+config.save_wait_s. The retry policy (gcsfs and tensorstore follow it) and the save's
+bound are cut short here, so that each test takes seconds; every wait is bounded."""
 
 import logging
 import time
@@ -24,7 +24,7 @@ from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.errors import SavesFailedError
 
 ROOT = f"gs://{gcs_emulator.BUCKET}"
-FAST = "attempts=2,first_delay_s=0.05,max_delay_s=0.1,budget_s=2,save_wait_s=20,failed_saves=3"
+FAST = "attempts=2,first_delay_s=0.05,max_delay_s=0.1,budget_s=2"
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.usefixtures("fresh_proxy")
 
 
 CONFIG = train_config.get_config()
+CONFIG.save_wait_s = 20.0
 
 
 def _state(step: int) -> TrainState:
@@ -119,9 +120,10 @@ def test_failed_saves_in_a_row_stop_the_run_naming_the_newest_complete_step(prox
     proxy.clear()
 
 
-def test_a_stalled_save_is_given_up_after_its_bound(proxy, monkeypatch, caplog):
-    monkeypatch.setenv(paths.RETRY_ENV, FAST.replace("save_wait_s=20", "save_wait_s=0.5"))
-    checkpointer = Checkpointer(f"{ROOT}/ckpt-stall", CONFIG)
+def test_a_stalled_save_is_given_up_after_its_bound(proxy, caplog):
+    config = CONFIG.copy_and_resolve_references()
+    config.save_wait_s = 0.5
+    checkpointer = Checkpointer(f"{ROOT}/ckpt-stall", config)
     stall = Fault("stall", stall_s=10, classes=("write", "chunk"), times=1, match="ckpt-stall")
     proxy.add(stall)
     assert _save(checkpointer, 1)
@@ -172,7 +174,7 @@ def test_a_save_whose_marker_is_never_written_fails_and_costs_no_good_step(proxy
     # orbax 0.12.8 raises this failure from wait_until_finished; the step the save was to
     # replace must outlive it: with keep_checkpoints=1 it is the only good one.
     workdir = f"{ROOT}/ckpt-no-marker"
-    config = train_config.get_config()
+    config = CONFIG.copy_and_resolve_references()
     config.keep_checkpoints = 1
     checkpointer = Checkpointer(workdir, config)
     assert _save(checkpointer, 2)

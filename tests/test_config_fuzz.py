@@ -119,6 +119,9 @@ FIELDS = {
     "eval_steps": Entry(),
     "checkpoint_every": Entry(),
     "keep_checkpoints": Entry(),
+    "save_wait_s": Entry(),
+    "failed_saves": Entry(),
+    "metrics_wait_s": Entry(valid=((0.0, "does not wait for the metrics' upload"),)),
     "peak_tflops_per_device": Entry(
         valid=((1e30, "only the MFU denominator"), (0.0, "the device's datasheet peak"))
     ),

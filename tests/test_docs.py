@@ -207,11 +207,11 @@ def test_the_cli_reference_has_every_flag_of_every_command():
                 assert f"`{option}`" in page, (name, option)
 
 
-def test_the_config_reference_has_every_field_with_its_comment():
-    """Every field of default_config() is listed with the comment config.py gives it."""
+def test_the_config_reference_has_every_field_with_its_doc():
+    """Every field of default_config() is listed with the doc its declaration gives it."""
     from xlnet_jax.config import default_config
 
-    comments = reference.field_comments()
+    comments = reference.field_docs()
     assert set(comments) == set(default_config().keys())
     assert all(comment for _, comment in comments.values()), comments
     assert comments["batch_size"] == (

@@ -84,8 +84,8 @@ def test_sync_waits_out_a_failed_upload_so_a_checkpoint_never_outruns_its_metric
 
 
 def test_sync_gives_up_after_metrics_wait_s_in_one_line(proxy, monkeypatch, caplog):
-    monkeypatch.setenv(paths.RETRY_ENV, "attempts=2,first_delay_s=0.1,metrics_wait_s=0.5")
-    writer = MetricsWriter(f"{ROOT}/metrics-sync-down")
+    monkeypatch.setenv(paths.RETRY_ENV, "attempts=2,first_delay_s=0.1")
+    writer = MetricsWriter(f"{ROOT}/metrics-sync-down", sync_wait_s=0.5)
     proxy.outage(20)
     try:
         writer.write(1, {"loss": 1.0})

@@ -147,15 +147,21 @@ def _define_train(fv: flags.FlagValues) -> None:
     )
 
 
-def _setup_jax(fv: flags.FlagValues) -> None:
-    """Device count and multi-process initialisation, before any device is touched."""
+def _compilation_cache() -> None:
+    """A persistent compilation cache: a resumed or repeated run skips recompiling the step."""
     import jax
 
-    # A persistent compilation cache: a resumed or repeated run skips recompiling the step.
     cache = os.environ.get("XLNET_JAX_COMPILATION_CACHE", "~/.cache/xlnet-jax/xla")
     if cache:
         jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+def _setup_jax(fv: flags.FlagValues) -> None:
+    """Device count and multi-process initialisation, before any device is touched."""
+    import jax
+
+    _compilation_cache()
     if fv.num_cpu_devices:
         jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
     if fv.coordinator_address:
@@ -466,6 +472,7 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
         import jax
 
         jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
+    _compilation_cache()
     from xlnet_jax.finetune import loop, prepare, seeds
 
     inputs = prepare.read_inputs(config, task_name, data_dir, init_from)

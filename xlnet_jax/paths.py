@@ -128,12 +128,9 @@ class RetryPolicy:
       budget_s: seconds one operation may spend retrying before it gives up.
       request_timeout_s: the longest one gcsfs API request (not a whole-file download)
         may take before it is cut and retried: a stalled request ends within it.
-      save_wait_s: the longest the loop (or the exit) waits on an asynchronous checkpoint
-        save before it gives that save up.
-      failed_saves: saves in a row that may fail before the run stops.
-      metrics_wait_s: the longest the loop waits before a checkpoint save for the metrics
-        so far to be uploaded; well inside orbax's 300 s barrier, which the other
-        processes of a multi-host run wait in meanwhile.
+
+    The checkpoint's own bounds (save_wait_s, failed_saves, metrics_wait_s) are config
+    fields; this policy is storage's, for every command, config or not.
     """
 
     attempts: int = 12
@@ -141,9 +138,6 @@ class RetryPolicy:
     max_delay_s: float = 32.0
     budget_s: float = 300.0
     request_timeout_s: float = 120.0
-    save_wait_s: float = 600.0
-    failed_saves: int = 3
-    metrics_wait_s: float = 60.0
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed try number `attempt` (1-based)."""

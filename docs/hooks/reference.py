@@ -2,19 +2,16 @@
 
 `reference/cli.md` lists every flag of every `xlnet-jax` command as its parser defines it
 (absl flags in `xlnet_jax/cli.py`, argparse in `xlnet_jax/launch/pod.py`), and
-`reference/config.md` every field of `default_config()` with the comment beside it in
-`xlnet_jax/config.py` and the value each preset in `configs/` gives it. Neither page exists
-in `docs/`: each fact has one source, the code.
+`reference/config.md` every config field with the doc its declaration in
+`xlnet_jax/config/fields.py` gives it and the value each preset in `configs/` gives it.
+Neither page exists in `docs/`: each fact has one source, the code.
 """
 
 import argparse
-import ast
 import contextlib
 import importlib.util
-import io
 import pathlib
 import sys
-import tokenize
 from collections.abc import Iterator
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -135,36 +132,15 @@ def cli_page() -> str:
     return "\n".join(lines + _launch_section()) + "\n"
 
 
-def field_comments() -> dict[str, tuple[str, str]]:
-    """Each field set in `default_config()`: (its section, the comment beside or above it)."""
-    source = pathlib.Path(xlnet_config.__file__).read_text()
-    lines = source.splitlines()
-    comments = {  # line number -> comment; `alone` holds the lines that are only a comment
-        token.start[0]: token.string.lstrip("#").strip()
-        for token in tokenize.generate_tokens(io.StringIO(source).readline)
-        if token.type == tokenize.COMMENT
+def field_docs() -> dict[str, tuple[str, str]]:
+    """Each config field, part by part: (its part's title, its one-line doc), read off the
+    declaration table `xlnet_jax/config/fields.py`."""
+    return {
+        field.name: (title, field.doc)
+        for part, title in xlnet_config.PARTS.items()
+        for field in xlnet_config.FIELDS
+        if field.part == part
     }
-    alone = {n for n in comments if lines[n - 1].lstrip().startswith("#")}
-    function = next(
-        node
-        for node in ast.parse(source).body
-        if isinstance(node, ast.FunctionDef) and node.name == "default_config"
-    )
-    found, section = {}, ""
-    for statement in function.body:
-        above = []
-        line = statement.lineno - 1
-        while line in alone:  # the comment block directly above the statement
-            above.insert(0, comments[line])
-            line -= 1
-        for text in above:
-            if text.startswith("---"):
-                section, above = text.strip("- "), []
-        target = statement.targets[0] if isinstance(statement, ast.Assign) else None
-        if isinstance(target, ast.Attribute):
-            beside = comments.get(statement.end_lineno, "")
-            found[target.attr] = (section, " ".join([*above, beside]).strip())
-    return found
 
 
 def _preset(name: str):
@@ -180,14 +156,14 @@ def config_page() -> str:
     lines = [
         "# Config fields",
         "",
-        "Generated at build time (`docs/hooks/reference.py`) from `default_config()` in "
-        "`xlnet_jax/config.py`: each field's comment there, its default, and the value each "
+        "Generated at build time (`docs/hooks/reference.py`) from the declaration of every "
+        "field in `xlnet_jax/config/fields.py`: its doc, its default, and the value each "
         "preset in `configs/` gives it where that differs. Override any field with "
         "`--config.FIELD=VALUE`; the whole config is checked with the corpus before anything "
         "compiles (`xlnet-jax train --dry_run`).",
     ]
     section = None
-    for field, (where, comment) in field_comments().items():
+    for field, (where, comment) in field_docs().items():
         if where != section:
             section = where
             lines += ["", f"## {where}", "", "| field | default | presets | what |"]

@@ -8,15 +8,15 @@ position and a checksum of every saved array, as JSON: parsed as data, never exe
 The meta and its compatibility rules are in checkpoint_meta.py, the checksums in
 checkpoint_checksums.py, single-device reads for export and tests in checkpoint_reader.py.
 
-Saves never hang the loop; each phase has a deadline from paths.RetryPolicy:
+Saves never hang the loop; each phase has a deadline from paths.RetryPolicy or the config:
 - the synchronous phase (orbax's directories and metadata, before save() returns) runs
   under the policy's budget_s: its requests stop retrying then, each cut after at most
   request_timeout_s;
 - the asynchronous write and its finalise (the arrays, the metadata, the commit marker) are
-  waited for at most save_wait_s, before the next save starts (or the run stops or exits);
+  waited for at most config.save_wait_s, before the next save starts (or the run stops or exits);
 - the check that a step is complete (its marker) runs under paths.retry, within budget_s.
 A save that fails, or is still writing after save_wait_s, is reported in one line and
-training goes on, saving again at the next interval, until `failed_saves` saves in a row
+training goes on, saving again at the next interval, until config.failed_saves saves in a row
 failed: then the run stops naming the newest complete step. orbax marks a step complete
 only once all of it is written (a rename, or commit_success.txt on object storage, written
 last), so a failed or given-up save leaves no step that restores as complete. tensorstore's
@@ -93,6 +93,7 @@ class Checkpointer:
         self.directory = paths.as_path(workdir) / "checkpoints"
         self.damaged_directory = self.directory.parent / "checkpoints_damaged"
         self._policy = paths.retry_policy()
+        self._save_wait_s, self._failed_saves = config.save_wait_s, config.failed_saves
         self._complete: set[int] = set()  # steps seen finalised: listed, or checked after a save
         # The step's directories are made in save() itself: made in the background, a
         # failure there leaves orbax's other save threads waiting 300 s for its signal.
@@ -100,7 +101,7 @@ class Checkpointer:
             preservation_policy=_KeepNewestComplete(config.keep_checkpoints, self._complete),
             enable_async_checkpointing=True,
             async_options=ocp.AsyncOptions(
-                timeout_secs=max(1, math.ceil(self._policy.save_wait_s)),
+                timeout_secs=max(1, math.ceil(self._save_wait_s)),
                 create_directories_asynchronously=False,
             ),
         )
@@ -124,10 +125,10 @@ class Checkpointer:
         a good checkpoint: orbax itself reads a corrupted (not truncated) file silently.
         """
         step = int(jax.device_get(state.step))
-        if not self._settle(self._policy.save_wait_s):
+        if not self._settle(self._save_wait_s):
             self._failed(
                 step, f"the save of step {self._in_flight} was still writing after "
-                f"{self._policy.save_wait_s:g} s",
+                f"{self._save_wait_s:g} s",
             )  # fmt: skip
             return False
         items = _state_items(state)
@@ -161,7 +162,7 @@ class Checkpointer:
     def wait(self) -> None:
         """Waits (at most save_wait_s) until the in-flight save is complete; SavesFailedError
         if it failed or is still writing."""
-        if not self._settle(self._policy.save_wait_s, final=True):
+        if not self._settle(self._save_wait_s, final=True):
             raise SavesFailedError(self._gave_up())
 
     def close(self) -> None:
@@ -170,7 +171,7 @@ class Checkpointer:
         A save still writing then is given up with SavesFailedError (the CLI exits without
         waiting for orbax's threads), naming the newest complete step.
         """
-        if not self._settle(self._policy.save_wait_s, final=True):
+        if not self._settle(self._save_wait_s, final=True):
             raise SavesFailedError(self._gave_up())
         self.manager.close()
 
@@ -208,7 +209,7 @@ class Checkpointer:
         """Reports a failed save in one line; raises once too many failed in a row."""
         self._failures += 1
         newest = f"step {self.newest_complete}" if self.newest_complete else "none"
-        if final or self._failures >= self._policy.failed_saves:
+        if final or self._failures >= self._failed_saves:
             raise SavesFailedError(
                 f"The checkpoint save of step {step} failed ({reason}); "
                 f"{self._failures} save(s) in a row failed. The newest complete checkpoint "
@@ -227,7 +228,7 @@ class Checkpointer:
         newest = f"step {self.newest_complete}" if self.newest_complete else "none"
         return (
             f"The checkpoint save of step {self._in_flight} was still writing after "
-            f"{self._policy.save_wait_s:g} s (storage unreachable?); gave it up. The newest "
+            f"{self._save_wait_s:g} s (storage unreachable?); gave it up. The newest "
             f"complete checkpoint is {newest} in {self.directory}: rerun when storage "
             "answers, training resumes from it."
         )

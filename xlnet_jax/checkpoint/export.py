@@ -1,5 +1,8 @@
 """`xlnet-jax export-hf`: a params directory or a train workdir -> a HuggingFace directory."""
 
+import dataclasses
+import json
+
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.checkpoint.reader import load_trained_params
@@ -31,6 +34,9 @@ def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) ->
         return f"exported {source} to {out}; {_dropout_note(config, dropout)}"
     config, params, step = load_trained_params(source)
     model_config = ModelConfig.from_config(config)
+    finetuned = paths.as_path(source) / hf.FINETUNE_FILE
+    if finetuned.is_file():
+        return _export_finetuned(source, out, model_config, params, step, dropout)
     hf.save_hf(out, model_config, params, dropout)
     note = "no tokenizer copied: the run's corpus_dir is not here"
     if (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
@@ -47,6 +53,29 @@ def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) ->
     return (
         f"exported step {step} of {source} (its newest checkpoint) to {out}; {note}; "
         f"{_dropout_note(model_config, dropout)}"
+    )
+
+
+def _export_finetuned(
+    source: str, out: str, model_config: ModelConfig, params: dict, step: int, dropout: float
+) -> str:
+    """A fine-tuning workdir's newest checkpoint, with its head, for HF's matching class
+    (hf.HEADS), and the tokenizer the run copied into it."""
+    info = json.loads((paths.as_path(source) / hf.FINETUNE_FILE).read_text())
+    model_config = dataclasses.replace(model_config, dropout=dropout, dropatt=dropout)
+    hf.save_hf_head(out, model_config, params, info["head"], info["labels"])
+    note = "no tokenizer copied: the workdir holds none"
+    tokenizer = paths.as_path(source) / info.get("tokenizer", hf.TOKENIZER_FILE)
+    if tokenizer.is_file():
+        tokenizer.copy(paths.as_path(out) / hf.TOKENIZER_FILE, overwrite=True)
+        settings = hf_tokenizer.write_tokenizer_files(
+            paths.as_path(out), str(tokenizer), **info.get("normalization", {})
+        )
+        note = f"tokenizer copied as spiece.model; {settings}"
+    hf_class = hf.HEADS[info["head"]].hf_class
+    return (
+        f"exported step {step} of the {info['task']} fine-tuning {source} to {out} for "
+        f"transformers.{hf_class}; {note}; dropout {dropout} in its config.json"
     )
 
 

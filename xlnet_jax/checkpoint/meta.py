@@ -11,19 +11,8 @@ import time
 import ml_collections
 from etils import epath
 
+from xlnet_jax.config import ARCHITECTURE_FIELDS
 from xlnet_jax.errors import CheckpointError
-
-# Fields that fix the parameter shapes or the function the params compute.
-ARCHITECTURE_FIELDS = (
-    "vocab_size",
-    "d_model",
-    "n_layer",
-    "n_head",
-    "d_head",
-    "d_inner",
-    "ff_activation",
-    "untie_r",
-)
 
 
 def make_meta(config: ml_collections.ConfigDict, corpus_fingerprint: str, step: int) -> dict:

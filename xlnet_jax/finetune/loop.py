@@ -42,25 +42,23 @@ def predict(program: FinetuneProgram, params, split: Split, batch_size: int) -> 
     return total / max(weight, 1.0), records
 
 
-def evaluate(program: FinetuneProgram, params, inputs: Inputs) -> dict[str, dict]:
-    """{split: metrics and loss} of every labelled split (the eval splits, labelled tests)."""
+def evaluate(program: FinetuneProgram, params, inputs: Inputs, workdir: str | None = None):
+    """{split: metrics and loss} of every labelled split (the eval splits, labelled tests);
+    with `workdir`, also writes each split's predictions and a test split's submission."""
     results = {}
-    for split in [*inputs.evals, *inputs.tests]:
+    splits = [*inputs.evals, *inputs.tests] if workdir else inputs.evals
+    for split in splits:
         loss, records = predict(program, params, split, program.config.batch_size)
         if program.task.labelled(split.examples):
             metrics = program.task.metrics(split.examples, records)
             results[split.name] = {**metrics, "loss": loss}
-    return results
-
-
-def _write_predictions(workdir: str, program: FinetuneProgram, params, inputs: Inputs) -> None:
-    for split in [*inputs.evals, *inputs.tests]:
-        _, records = predict(program, params, split, program.config.batch_size)
-        path = outputs.write_predictions(workdir, split.name, records)
-        log.info("wrote %s", path)
+        if workdir is None:
+            continue
+        log.info("wrote %s", outputs.write_predictions(workdir, split.name, records))
         submission = program.task.submission(split.name, records)
         if submission is not None:
             log.info("wrote %s", outputs.write_submission(workdir, *submission))
+    return results
 
 
 def _initial_state(program: FinetuneProgram, inputs: Inputs, random_weights: bool):
@@ -105,6 +103,9 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         outputs.write_run_info(workdir, {
             "task": inputs.task.name, "head": inputs.task.head, "labels": inputs.labels,
             "init_from": inputs.source.path, "random_weights": random_weights,
+            "tokenizer": outputs.copy_tokenizer(workdir, inputs.encoder.model_path),
+            "normalization": {"uncased": inputs.encoder.uncased,
+                              "keep_accents": inputs.encoder.keep_accents},
         })  # fmt: skip
         writer = MetricsWriter(workdir, drop=lambda record: record.get("step", 0) > start)
         cleanup.callback(writer.close)
@@ -145,7 +146,8 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                 fence.check()
                 checkpointer.save(state, make_meta(config, fingerprint, done))
         checkpointer.wait()
-        results = evaluate(program, state.params, inputs)
+        fence.check()
+        results = evaluate(program, state.params, inputs, workdir)
         for split, result in results.items():
             writer.write(config.num_train_steps, {f"{split}/{k}": v for k, v in result.items()},
                          kind="eval")  # fmt: skip
@@ -154,7 +156,6 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         outputs.write_json(
             workdir, outputs.EVAL_RESULTS, {"step": config.num_train_steps, **results}
         )
-        _write_predictions(workdir, program, state.params, inputs)
     return results
 
 

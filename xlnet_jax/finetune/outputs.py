@@ -5,12 +5,13 @@ predictions/SPLIT.jsonl one line per example in file order: index, prediction, l
 TASK.tsv                a GLUE test split's submission (index<TAB>prediction)
 finetune.json           the task, its labels and head: what export-hf needs to write the
                         head for HF's matching class (checkpoint/hf.py HEADS)
+spiece.model            the tokenizer (its normalisation is in finetune.json)
 """
 
 import json
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint.hf import FINETUNE_FILE
+from xlnet_jax.checkpoint.hf import FINETUNE_FILE, TOKENIZER_FILE
 
 EVAL_RESULTS = "eval_results.json"
 
@@ -34,6 +35,12 @@ def write_submission(workdir: str, name: str, text: str) -> str:
     path = paths.as_path(workdir) / name
     paths.write_bytes_atomic(path, text.encode())
     return str(path)
+
+
+def copy_tokenizer(workdir: str, model_path: str) -> str:
+    """Copies the tokenizer into the workdir (export-hf takes it from there); its name."""
+    paths.as_path(model_path).copy(paths.as_path(workdir) / TOKENIZER_FILE, overwrite=True)
+    return TOKENIZER_FILE
 
 
 def write_run_info(workdir: str, info: dict) -> None:

@@ -52,7 +52,7 @@ def train_step(state: TrainState, batch: dict, *, task, module, tx, schedule):
         _loss, task, module, batch=batch, deterministic=False, dropout_key=dropout_key
     )
     (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from xlnet_jax.config import ModelConfig
+from xlnet_jax.config import ModelConfig, view_problem
 from xlnet_jax.model.attention import (
     KernelRows,
     QueryRows,
@@ -23,37 +23,16 @@ from xlnet_jax.model.kernels.mesh import NO_BF16_MATMUL, target_device
 from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
 
 ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "relu": jax.nn.relu}
-DTYPES = ("float32", "bfloat16")
-ATTENTION_IMPLS = ("xla", "pallas", "auto")
 
 
 def validate_model_config(cfg: ModelConfig) -> None:
-    """Raises ValueError naming the first invalid field of `cfg`."""
-    for name in ("vocab_size", "d_model", "n_layer", "n_head", "d_head", "d_inner"):
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
-    if cfg.scan_unroll < 1:
-        raise ValueError(f"scan_unroll must be >= 1, got {cfg.scan_unroll}")
-    for name in ("mem_len", "reuse_len"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    """Raises ValueError naming the first invalid field of `cfg`: its declared range
+    (config/fields.py), then the relation between d_model and n_head."""
+    problem = view_problem(cfg)
+    if problem:
+        raise ValueError(problem)
     if cfg.d_model % cfg.n_head:
         raise ValueError(f"d_model ({cfg.d_model}) must be divisible by n_head ({cfg.n_head})")
-    if cfg.d_model % 2:
-        raise ValueError(f"d_model ({cfg.d_model}) must be even (sinusoidal encodings)")
-    if cfg.ff_activation not in ACTIVATIONS:
-        raise ValueError(
-            f"ff_activation must be one of {sorted(ACTIVATIONS)}, got {cfg.ff_activation!r}"
-        )
-    if cfg.dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {cfg.dtype!r}")
-    for name in ("dropout", "dropatt"):
-        if not 0.0 <= getattr(cfg, name) < 1.0:
-            raise ValueError(f"{name} must be in [0, 1), got {getattr(cfg, name)}")
-    if cfg.attention_impl not in ATTENTION_IMPLS:
-        raise ValueError(
-            f"attention_impl must be one of {ATTENTION_IMPLS}, got {cfg.attention_impl!r}"
-        )
 
 
 def uses_kernel(cfg: ModelConfig) -> bool:

@@ -26,33 +26,23 @@ with self_rank = rank for targets (a target never sees itself: query stream) and
 rank + 1 otherwise. The content stream uses perm_mask & ~eye; memory is always visible.
 """
 
-import dataclasses
 import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from xlnet_jax.config import FIELDS, view, view_problem
 from xlnet_jax.model.kernels.masks import UNORDERED, PermOrder
 from xlnet_jax.objective import spans
 
-
-@dataclasses.dataclass(frozen=True)
-class PLMConfig:
-    """The objective's hashable view of the config (a static jit argument)."""
-
-    seq_len: int  # Tokens per row: reuse block + A <sep> B <sep> <cls>.
-    reuse_len: int  # Leading tokens of a row that become the next step's memory.
-    num_predict: int  # Targets per row, exactly (padding with weight 0 if too few tokens).
-    perm_size: int  # Factorization orders are shared by blocks of this many tokens.
-    mask_alpha: float  # Context tokens per span = span_len * mask_alpha // mask_beta.
-    mask_beta: float  # See mask_alpha.
-    max_span: int  # Longest span in words; p(n) is proportional to 1/n.
-
-    @classmethod
-    def from_config(cls, config) -> "PLMConfig":
-        """Picks the objective's fields out of the full (ml_collections) config."""
-        return cls(**{f.name: config[f.name] for f in dataclasses.fields(cls)})
+PLMConfig = view(
+    "PLMConfig",
+    "objective",
+    FIELDS,
+    "The objective's hashable view of the config (a static jit argument).",
+    __name__,
+)
 
 
 # Functional tokens at the end of the new block: A <sep> B <sep> <cls>.
@@ -82,19 +72,16 @@ def validate_plm_config(cfg: PLMConfig) -> None:
         if not ok:
             raise ValueError(f"{field}: {message}")
 
+    problem = view_problem(cfg)
+    if problem:
+        raise ValueError(problem)
     check(cfg.seq_len > NUM_FUNCTIONAL, "seq_len", f"must be > {NUM_FUNCTIONAL}, got {cfg.seq_len}")
-    check(cfg.reuse_len >= 0, "reuse_len", f"must be >= 0, got {cfg.reuse_len}")
     check(
         cfg.reuse_len < cfg.seq_len - NUM_FUNCTIONAL,
         "reuse_len",
         f"must be < seq_len - {NUM_FUNCTIONAL} = {cfg.seq_len - NUM_FUNCTIONAL} "
         f"(the new block holds A <sep> B <sep> <cls>), got {cfg.reuse_len}",
     )
-    check(cfg.num_predict >= 1, "num_predict", f"must be >= 1, got {cfg.num_predict}")
-    check(cfg.max_span >= 1, "max_span", f"must be >= 1, got {cfg.max_span}")
-    check(cfg.mask_alpha > 0, "mask_alpha", f"must be > 0, got {cfg.mask_alpha}")
-    check(cfg.mask_beta > 0, "mask_beta", f"must be > 0, got {cfg.mask_beta}")
-    check(cfg.perm_size >= 1, "perm_size", f"must be >= 1, got {cfg.perm_size}")
     for start, end, goal in target_blocks(cfg):
         name = "reuse" if end == cfg.reuse_len else "new"
         eligible = end - start - (NUM_FUNCTIONAL if name == "new" else 0)

@@ -25,9 +25,8 @@ import numpy as np
 
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import hf
-from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
 from xlnet_jax.checkpoint.reader import load_trained_params
-from xlnet_jax.config import ModelConfig
+from xlnet_jax.config import ARCHITECTURE_FIELDS, ModelConfig
 from xlnet_jax.data import spm_source
 from xlnet_jax.data.manifest import Manifest, load_manifest
 from xlnet_jax.data.spm_source import spm_fingerprint

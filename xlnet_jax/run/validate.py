@@ -6,7 +6,6 @@ their line to `problems` instead, so preflight.py can report every problem in on
 
 import contextlib
 import contextvars
-import math
 
 import ml_collections
 
@@ -47,39 +46,24 @@ def _check(ok: bool, field: str, constraint: str, value, advice: str = "") -> No
 
 
 def validate_training_fields(c: ml_collections.ConfigDict) -> None:
-    """Optimiser, loop and data fields: ranges that do not depend on devices.
+    """Optimiser, loop and data fields: the relations that do not depend on devices.
 
-    The model's fields (dropout, dropatt, mem_len, widths ...) are checked once, by
-    model.validate_model_config, which validate_config runs first.
+    Each field's own range is its declaration's (config/fields.py), checked first by
+    field_problem; the model's and the objective's relations by validate_model_config and
+    validate_plm_config, which validate_config runs before this.
     """
-    _check(
-        math.isfinite(c.learning_rate) and c.learning_rate > 0,
-        "learning_rate",
-        "must be a finite number > 0",
-        c.learning_rate,
-    )
     _check(
         c.vocab_size >= NUM_SPECIAL_IDS,
         "vocab_size",
         f"must hold at least the {NUM_SPECIAL_IDS} special pieces",
         c.vocab_size,
     )
-    _check(c.num_train_steps > 0, "num_train_steps", "must be > 0", c.num_train_steps)
-    _check(c.warmup_steps >= 0, "warmup_steps", "must be >= 0", c.warmup_steps)
     _check(
         c.warmup_steps <= c.num_train_steps,
         "warmup_steps",
         f"must not exceed num_train_steps={c.num_train_steps}",
         c.warmup_steps,
     )
-    _check(0 <= c.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]", c.min_lr_ratio)
-    _check(c.weight_decay >= 0, "weight_decay", "must be >= 0", c.weight_decay)
-    _check(0 <= c.adam_b1 < 1, "adam_b1", "must be in [0, 1)", c.adam_b1)
-    _check(0 <= c.adam_b2 < 1, "adam_b2", "must be in [0, 1)", c.adam_b2)
-    _check(c.adam_eps > 0, "adam_eps", "must be > 0", c.adam_eps)
-    _check(c.clip_norm >= 0, "clip_norm", "must be >= 0 (0 disables clipping)", c.clip_norm)
-    _check(c.batch_size > 0, "batch_size", "must be > 0", c.batch_size)
-    _check(c.grad_accum_steps >= 1, "grad_accum_steps", "must be >= 1", c.grad_accum_steps)
     _check(
         c.batch_size % c.grad_accum_steps == 0,
         "batch_size",
@@ -87,38 +71,15 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
         c.batch_size,
         batch_advice(lambda b: b % c.grad_accum_steps == 0, c.batch_size),
     )
-    _check(
-        0 <= c.next_sentence_prob <= 1,
-        "next_sentence_prob",
-        "must be in [0, 1]",
-        c.next_sentence_prob,
-    )
     streams = c.batch_size // 2 if c.bi_data else c.batch_size
-    ranges = c.get("data_ranges", 1)  # a config saved before the field reads the split whole
     _check(
-        ranges == AUTO_RANGES or (ranges >= 1 and streams % ranges == 0),
+        c.data_ranges == AUTO_RANGES or (c.data_ranges >= 1 and streams % c.data_ranges == 0),
         "data_ranges",
         f"must be {AUTO_RANGES} (the process count) or >= 1 and divide the {streams} streams "
         "of a batch (batch_size" + (", halved with bi_data)" if c.bi_data else ")"),
-        ranges,
-        range_advice(streams, ranges),
+        c.data_ranges,
+        range_advice(streams, c.data_ranges),
     )
-    _check(
-        c.nonfinite_policy in ("skip", "halt"),
-        "nonfinite_policy",
-        'must be "skip" or "halt"',
-        c.nonfinite_policy,
-    )
-    for field in ("log_every", "checkpoint_every", "keep_checkpoints", "eval_steps"):
-        _check(c[field] >= 1, field, "must be >= 1", c[field])
-    _check(c.eval_every >= 0, "eval_every", "must be >= 0 (0 disables eval)", c.eval_every)
-    _check(
-        c.peak_tflops_per_device >= 0,
-        "peak_tflops_per_device",
-        "must be >= 0 (0 takes the device's datasheet peak)",
-        c.peak_tflops_per_device,
-    )
-    _check(c.num_slices >= 1, "num_slices", "must be >= 1", c.num_slices)
 
 
 def batch_splits(c: ml_collections.ConfigDict, data_shards: int, batch_size: int) -> bool:

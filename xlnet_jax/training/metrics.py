@@ -11,8 +11,8 @@ so nothing is dropped; close() uploads once more, within the policy's budget, an
 storage still fails it says so in one line and keeps the mirror.
 
 A killed host loses its mirror, and a resumed run logs again only the steps past its
-checkpoint; so before each checkpoint save the loop waits (sync(), at most the policy's
-metrics_wait_s) for the records so far to be uploaded, and a checkpoint saved while
+checkpoint; so before each checkpoint save the loop waits (sync(), at most
+config.metrics_wait_s) for the records so far to be uploaded, and a checkpoint saved while
 storage answers never outruns its metrics.
 """
 
@@ -30,6 +30,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from xlnet_jax import paths
+from xlnet_jax.config import BY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,10 @@ class MetricsWriter:
         *,
         enabled: bool = True,
         drop: Callable[[dict], bool] | None = None,
+        sync_wait_s: float = BY_NAME["metrics_wait_s"].default,
     ):
-        """Opens the sinks; `drop` first removes the records of metrics.jsonl it matches.
+        """Opens the sinks; `drop` first removes the records of metrics.jsonl it matches;
+        sync() waits at most `sync_wait_s` (config.metrics_wait_s) for an upload.
 
         A resumed run drops the records past its checkpoint, which it logs again, so each
         step is in the file once. Only the run that holds the workdir lock may drop.
@@ -72,7 +75,7 @@ class MetricsWriter:
             _drop_records(self.jsonl_path, drop)
         self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
         self._events = EventFileWriter(str(root / "tensorboard" / "train"))
-        self._uploader = _Uploader(root, self._remote) if self._remote else None
+        self._uploader = _Uploader(root, self._remote, sync_wait_s) if self._remote else None
 
     def write(self, step: int, scalars: dict[str, float], *, kind: str = "train") -> None:
         """Records `scalars` at `step` in both sinks and flushes, so a kill loses nothing."""
@@ -112,8 +115,8 @@ class MetricsWriter:
 class _Uploader:
     """Copies a local mirror's files whole to a gs:// directory, in a thread of its own."""
 
-    def __init__(self, root: pathlib.Path, remote):
-        self._root, self._remote = root, remote
+    def __init__(self, root: pathlib.Path, remote, sync_wait_s: float):
+        self._root, self._remote, self._sync_wait_s = root, remote, sync_wait_s
         self._policy = paths.retry_policy()
         self._wanted, self._closed = threading.Event(), threading.Event()
         # Uploads are counted: `_requested` when asked for, `_uploaded` once one that began
@@ -131,8 +134,8 @@ class _Uploader:
 
     def sync(self) -> None:
         """Waits until an upload that began after the last request succeeded, at most
-        metrics_wait_s; then a warning line, and training goes on."""
-        wait = self._policy.metrics_wait_s
+        sync_wait_s; then a warning line, and training goes on."""
+        wait = self._sync_wait_s
         with self._progress:
             wanted = self._requested
             self._wanted.set()  # an upload waiting out its backoff starts now

@@ -14,15 +14,18 @@ import os
 import ml_collections
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint.meta import ARCHITECTURE_FIELDS
-from xlnet_jax.config import AUTO_RANGES, data_ranges
+from xlnet_jax.config import (
+    ARCHITECTURE_FIELDS,
+    AUTO_RANGES,
+    SCHEDULE_FIELDS,
+    data_ranges,
+    with_missing_fields,
+)
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.training import optim, run_versions
 
 CONFIG_FILE = "config.json"
 VERSIONS_KEY = "versions"  # config.json's one entry that is not a config field
-# Fields whose change moves the learning rate of the steps still to come.
-SCHEDULE_FIELDS = ("num_train_steps", "warmup_steps", "learning_rate", "min_lr_ratio")
 
 
 def config_flag(workdir: str) -> str:
@@ -55,6 +58,7 @@ def load(workdir: str) -> ml_collections.ConfigDict | None:
     if fields is None:
         return None
     fields.pop(VERSIONS_KEY, None)
+    fields = with_missing_fields(fields)
     fields["logical_axis_rules"] = tuple(
         (name, tuple(axes) if isinstance(axes, list) else axes)
         for name, axes in fields["logical_axis_rules"]
@@ -99,15 +103,16 @@ def with_data_ranges(
     """`config` with data_ranges a number of ranges, before the run saves its config.
 
     An explicit data_ranges stays. AUTO_RANGES becomes the number that `workdir`'s run
-    recorded in its config.json once it has a checkpoint (1 if saved before the field), so
+    recorded in its config.json once it has a checkpoint (1 if saved before the field:
+    config.with_missing_fields), so
     a resume on another process count reads the same batches; for a run that starts now,
     the ranges of `process_count` processes (xlnet_jax.config.data_ranges).
     """
-    if config.get("data_ranges", 1) != AUTO_RANGES:
+    if config.data_ranges != AUTO_RANGES:
         return config
     saved = load(workdir) if workdir and newest_step(workdir) is not None else None
     if saved is not None:
-        ranges = saved.get("data_ranges", 1)
+        ranges = saved.data_ranges
     else:
         ranges = data_ranges(config, process_count)
     resolved = config.copy_and_resolve_references()

@@ -241,7 +241,7 @@ def plan_run(
     corpus pass preflight.check_run_from, with a new run's --init_from source, in one round.
     """
     run_config.check_versions(workdir, allow_change=allow_version_change)
-    auto_ranges = config.get("data_ranges", 1) == AUTO_RANGES
+    auto_ranges = config.data_ranges == AUTO_RANGES
     config = run_config.with_data_ranges(config, workdir, jax.process_count())
     step = run_config.newest_step(workdir)
     saved = run_config.load(workdir)
@@ -367,7 +367,10 @@ def _train(
 
         # Records past the restored step are of a lost attempt; the run logs them again.
         writer = MetricsWriter(
-            workdir, enabled=primary, drop=lambda record: record.get("step", 0) > start_step
+            workdir,
+            enabled=primary,
+            drop=lambda record: record.get("step", 0) > start_step,
+            sync_wait_s=config.metrics_wait_s,
         )
         cleanup.callback(writer.close)
         progress = ProgressLine(config.num_train_steps, enabled=primary)

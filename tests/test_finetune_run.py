@@ -1,0 +1,190 @@
+"""`xlnet-jax finetune` end to end on a tiny model: outputs, exact resume, export to HF's
+class with the same logits, one-line errors, and the long-text path through the memory."""
+
+import json
+import shutil
+import sys
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xlnet_jax import cli
+from xlnet_jax.checkpoint import hf
+from xlnet_jax.checkpoint.reader import read_checkpoint
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.tokenizer import train_tokenizer
+from xlnet_jax.finetune.forward import apply_segments
+from xlnet_jax.finetune.registry import get_task
+from xlnet_jax.finetune.text import TextEncoder
+from xlnet_jax.model.heads import SequenceHead
+
+WORDS = "river mountain forest lake engine wheel motor gear the a is here and".split()
+VOCAB = 40  # what SentencePiece can build from WORDS
+TINY = dict(d_model=32, n_layer=2, n_head=2, d_head=16, d_inner=64)
+FLAGS = [
+    "--config=configs/finetune/cpu.py",
+    "--config.seq_len=16",
+    "--config.batch_size=8",
+    "--config.num_train_steps=4",
+    "--config.warmup_steps=1",
+    "--config.checkpoint_every=2",
+    "--config.keep_checkpoints=3",
+    "--config.log_every=2",
+    "--config.learning_rate=1e-3",
+]
+
+
+def _sentences(rng: np.random.Generator, count: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS, rng.integers(3, 9))) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """An HF directory of a random 2 x 32 XLNet with a 40-piece tokenizer of its own."""
+    root = tmp_path_factory.mktemp("source")
+    train_tokenizer(_sentences(np.random.default_rng(0), 2000), str(root / "spiece.model"), VOCAB)
+    config = ModelConfig(vocab_size=VOCAB, **TINY)
+    rng = np.random.default_rng(1)
+    params = jax.tree.map(
+        lambda s: rng.normal(0, 0.05, s.shape).astype(np.float32), hf.param_shapes(config)
+    )
+    hf.save_hf(root, config, params)
+    return root
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A generic classification task: is the first word a landscape's or a machine's?"""
+    root = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(2)
+    for split, count in (("train", 64), ("dev", 12)):
+        lines = []
+        for text in _sentences(rng, count):
+            first = rng.choice(WORDS[:8])
+            lines.append(f"{'land' if WORDS.index(first) < 4 else 'machine'}\t{first} {text}")
+        (root / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    (root / "test.tsv").write_text("river a is\ngear the\n")
+    return root
+
+
+def finetune(workdir, source, data, *extra) -> int:
+    args = ["--task_name=classification", f"--data_dir={data}", f"--init_from={source}"]
+    argv = ["finetune", *args, f"--workdir={workdir}", *FLAGS, *extra]
+    with mock.patch.object(sys, "argv", ["xlnet-jax", *argv]):  # config_flags reads sys.argv
+        return cli.main(argv)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, source, data):
+    """An uninterrupted 4-step run, checkpoints at steps 2 and 4."""
+    workdir = tmp_path_factory.mktemp("straight")
+    assert finetune(workdir, source, data) == 0
+    return workdir
+
+
+def test_a_run_leaves_results_predictions_and_metrics(straight, data):
+    results = json.loads((straight / "eval_results.json").read_text())
+    assert results["step"] == 4 and set(results["dev"]) == {"accuracy", "loss"}
+    dev = [json.loads(line) for line in (straight / "predictions" / "dev.jsonl").open()]
+    assert [p["index"] for p in dev] == [str(i) for i in range(12)]
+    assert all(p["prediction"] in ("land", "machine") and len(p["logits"]) == 2 for p in dev)
+    gold = [line.split("\t")[0] for line in (data / "dev.tsv").read_text().splitlines()]
+    accuracy = np.mean([p["prediction"] == g for p, g in zip(dev, gold, strict=True)])
+    assert results["dev"]["accuracy"] == pytest.approx(accuracy)
+    assert len((straight / "predictions" / "test.jsonl").read_text().splitlines()) == 2
+    steps = [json.loads(line)["step"] for line in (straight / "metrics.jsonl").open()]
+    assert [s for s in steps if s] == [1, 2, 3, 4, 4]  # train steps, then the final eval
+    assert any((straight / "tensorboard").rglob("events.out.tfevents.*"))
+    info = json.loads((straight / "finetune.json").read_text())
+    assert info["labels"] == ["land", "machine"] and (straight / "spiece.model").is_file()
+
+
+def test_resume_after_a_kill_is_bit_exact(straight, source, data, tmp_path):
+    """The workdir as a kill after step 2's save leaves it (step 4 never written): the
+    rerun's step 4 equals the uninterrupted run's, bit for bit."""
+    killed = tmp_path / "killed"
+    shutil.copytree(straight, killed)
+    shutil.rmtree(killed / "checkpoints" / "4")
+    for name in ("eval_results.json", "predictions"):
+        shutil.rmtree(killed / name) if (killed / name).is_dir() else (killed / name).unlink()
+    assert finetune(killed, source, data) == 0
+    ours, reference = read_checkpoint(str(killed), 4), read_checkpoint(str(straight), 4)
+    for a, b in zip(
+        jax.tree.leaves(ours["state"]), jax.tree.leaves(reference["state"]), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert (killed / "eval_results.json").read_text() == (
+        straight / "eval_results.json"
+    ).read_text()
+    steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").open()]
+    assert [s for s in steps if s] == [1, 2, 3, 4, 4]  # each step logged once
+
+
+def test_export_hf_gives_the_hf_class_the_same_logits(straight, data, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    assert cli.main(["export-hf", str(straight), f"--out={tmp_path / 'hf'}"]) == 0
+    model = transformers.XLNetForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    assert model.config.id2label == {0: "land", 1: "machine"}
+    task = get_task("classification")
+    examples = task.read(str(data), "dev")
+    config = json.loads((straight / "config.json").read_text())
+    encoder = TextEncoder(str(tmp_path / "hf" / "spiece.model"))  # the exported tokenizer
+
+    class Layout:
+        seq_len, num_segments = config["seq_len"], 1
+
+    arrays = task.featurize(examples, encoder, Layout, ["land", "machine"]).arrays
+    with torch.no_grad():
+        logits = model(
+            input_ids=torch.tensor(arrays["input_ids"][:, 0]),
+            token_type_ids=torch.tensor(arrays["seg_ids"][:, 0]),
+            attention_mask=torch.tensor(1 - arrays["input_mask"][:, 0].astype(np.int64)),
+        ).logits.numpy()
+    dev = [json.loads(line)["logits"] for line in (straight / "predictions" / "dev.jsonl").open()]
+    assert np.abs(logits - np.array(dev)).max() <= 1e-5
+
+
+def test_a_tokenizer_of_another_vocabulary_is_one_line(source, data, tmp_path, capsys, monkeypatch):
+    other = tmp_path / "other"
+    shutil.copytree(source, other)
+    train_tokenizer(_sentences(np.random.default_rng(3), 2000), str(other / "spiece.model"), 30)
+    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))  # not os._exit here
+    with pytest.raises(SystemExit) as exited:
+        finetune(tmp_path / "run", other, data)
+    assert exited.value.code == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"has 30 pieces, its model a vocab_size of {VOCAB}" in error
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_segments_carry_the_first_words_to_the_head_only_through_the_memory():
+    """A text of 3 segments: with memory the last segment's logits change with the first
+    segment's tokens; without (one segment of the same last tokens) they cannot; a short
+    text gives the same logits read as 3 segments or as 1."""
+    config = ModelConfig(
+        vocab_size=VOCAB, **{**TINY, "n_layer": 1}, mem_len=16, dropout=0.0, dropatt=0.0
+    )
+    module = SequenceHead(config, 2)
+    rng = np.random.default_rng(4)
+    ids = rng.integers(9, VOCAB, (2, 3, 8)).astype(np.int32)
+    inputs = {"input_ids": ids, "seg_ids": np.zeros_like(ids), "input_mask": ids < 0}
+    empty = jnp.zeros((1, 2, 0, 32)), jnp.zeros((2, 0), bool)
+    init = jax.jit(lambda *args: module.init(jax.random.key(0), *args, deterministic=True))
+    params = init(ids[:, 0], ids[:, 0], ids[:, 0] < 0, *empty)["params"]
+    run = jax.jit(lambda x: apply_segments(module, params, x, deterministic=True))
+    changed = {**inputs, "input_ids": ids.copy()}
+    changed["input_ids"][:, 0] = rng.integers(9, VOCAB, (2, 8))
+    # the logits move by far more than float32 rounding (~1e-9 at their 0.03 scale)
+    assert np.abs(run(changed) - run(inputs)).max() > 1e-6
+    last = {k: v[:, -1:] for k, v in inputs.items()}
+    last_changed = {k: v[:, -1:] for k, v in changed.items()}
+    np.testing.assert_array_equal(run(last), run(last_changed))
+    padded = {k: v.copy() for k, v in inputs.items()}
+    padded["input_mask"][:, :2] = True
+    padded["input_mask"][:, 2, :3] = True
+    short = {k: v[:, 2:] for k, v in padded.items()}
+    np.testing.assert_allclose(run(padded), run(short), atol=1e-5)
