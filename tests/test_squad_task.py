@@ -14,6 +14,7 @@ from xlnet_jax import cli
 from xlnet_jax.data import normalize, tokenizer
 from xlnet_jax.errors import DataError, MissingFileError
 from xlnet_jax.finetune.squad import task as squad_task
+from xlnet_jax.finetune.squad import windows
 from xlnet_jax.finetune.squad.windows import GOLD_START_SEGMENT
 from xlnet_jax.finetune.text import TextEncoder
 
@@ -81,6 +82,29 @@ def test_finetune_squad_two_steps(data_and_model, tmp_path, monkeypatch):
     records = [json.loads(line) for line in (workdir / "predictions" / "dev.jsonl").open()]
     assert [r["id"] for r in records] == ["d0", "d1"]
     assert all(isinstance(r["null_odds"], float) and r["nbest"] for r in records)
+
+    # export-hf: XLNetForQuestionAnswering on the dev windows gives the run's null odds
+    out = tmp_path / "hf"
+    assert cli.main(["export-hf", str(workdir), f"--out={out}"]) == 0
+    hf_model = transformers.XLNetForQuestionAnswering.from_pretrained(out).eval()
+    task = squad_task.Squad()
+    dev = task.read(str(data), "dev")
+    settings = {**squad_task.DEFAULTS, "seq_len": 24, "doc_stride": 8, "max_query_length": 6}
+    encoder = TextEncoder(str(model / "spiece.model"))
+    features = task.featurize(dev, encoder, ml_collections.ConfigDict(settings), ["answer"])
+    batch = windows.batch(features.windows, 24)
+    with torch.no_grad():
+        hf_out = hf_model(
+            input_ids=torch.tensor(batch["input_ids"]),
+            token_type_ids=torch.tensor(batch["seg_ids"]),  # HF too compares them only
+            input_mask=torch.tensor(batch["input_mask"]),
+            p_mask=torch.tensor(batch["p_mask"]),
+            cls_index=torch.tensor([w.cls_index for w in features.windows]),
+        )
+    for q, record in enumerate(records):
+        rows = [n for n, w in enumerate(features.windows) if w.question == q]
+        hf_null = float(hf_out.cls_logits[rows].min())
+        assert abs(record["null_odds"] - hf_null) <= 1e-5, (record["null_odds"], hf_null)
 
 
 def test_the_task_finds_its_files(tmp_path):
