@@ -1,8 +1,10 @@
 """Builds a small SQuAD 2.0-format task from this machine's Debian package database.
 
-Each installed package's entry in /var/lib/dpkg/status (as dpkg wrote it; Status and
-Conffiles left out) is a paragraph. Its questions ask for fields of that entry; a field the
-entry lacks, or the maintainer of another package, makes an unanswerable question:
+Each installed package's entry in /var/lib/dpkg/status (as dpkg wrote it; Status,
+Conffiles and the long description's continuation lines left out, so that a small model's
+windows hold most entries whole) is a paragraph. Its questions ask for fields of that
+entry; a field the entry lacks, or the maintainer of another package, makes an unanswerable
+question:
 
   Who maintains P?                         Maintainer, without the e-mail address
   Which section is P in?                   Section
@@ -30,15 +32,12 @@ def entries(status: str) -> list[tuple[str, dict[str, tuple[int, str]]]]:
     """(paragraph text, {field: (offset of its value in the text, value's first line)})."""
     out = []
     for block in status.split("\n\n"):
-        lines, fields, dropping = [], {}, False
+        lines, fields = [], {}
         for line in block.splitlines():
             if line[:1] in (" ", "\t"):
-                if not dropping:
-                    lines.append(line)
                 continue
             name, _, value = line.partition(":")
-            dropping = name in DROPPED_FIELDS
-            if dropping:
+            if name in DROPPED_FIELDS:
                 continue
             offset = sum(len(x) + 1 for x in lines) + len(name) + 1
             value_start = offset + len(value) - len(value.lstrip())

@@ -9,7 +9,7 @@ As the original's `run_squad.py` (and HF's XLNetForQuestionAnswering, the same t
     higher meaning "no answer". Training reads h_start at the gold start; evaluation a
     start-probability-weighted sum of h, so each window has one `cls_logits`.
 The loss is the original's: (start CE + end CE) / 2 + answer-class BCE / 2. Submodule names
-follow HF's so the export is a renaming (checkpoint/hf.py).
+follow HF's so the export is a renaming (checkpoint/hf_qa.py).
 """
 
 import flax.linen as nn
