@@ -129,6 +129,9 @@ FIELDS = {
     "mesh_fsdp": Entry(invalid=(3,)),  # -1 is refused too: mesh_data is already -1
     "mesh_tensor": Entry(invalid=(3, 8)),  # 8 does not divide n_head=4
     "num_slices": Entry(),
+    "num_segments": Entry(),
+    "max_qa_length": Entry(),
+    "lr_layer_decay_rate": Entry(invalid=(1.5,)),
     "logical_axis_rules": Entry(
         valid=(((), "no rules: every array replicated, as flax allows"),),
         invalid=((("batch", "data"), "embed"), [("vocab", ("tensor", "nope"))]),

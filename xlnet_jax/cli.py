@@ -497,10 +497,25 @@ def _define_compile(fv: flags.FlagValues) -> None:
         "gpu", None, 'NVIDIA cards on one host, NAME[:COUNT], e.g. "h100-80gb:8".', flag_values=fv
     )
     flags.DEFINE_string("save", None, "Write the serialized executable here.", flag_values=fv)
+    flags.DEFINE_string(
+        "task_name",
+        None,
+        "Compile the fine-tuning step of this task (see `xlnet-jax finetune --help`) instead "
+        "of the pretraining step; the config is a fine-tuning one (configs/finetune/).",
+        flag_values=fv,
+    )
 
 
 def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
+    if fv.task_name:
+        if fv.save:
+            raise UsageError("--save is for the pretraining step; drop it with --task_name")
+        from xlnet_jax.finetune import compile as finetune_compile
+
+        return finetune_compile.compile_for(
+            _config(fv), fv.task_name, topology=fv.topology, gpu=fv.gpu
+        )
     from xlnet_jax.training import fit
 
     return fit.compile_for(_config(fv), topology=fv.topology, gpu=fv.gpu, save=fv.save)

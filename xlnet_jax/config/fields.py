@@ -34,6 +34,7 @@ PARTS = {
     "loop": "Loop and logging",
     "checkpoint": "Checkpoints",
     "mesh": "Device mesh and sharding",
+    "finetune": "Fine-tuning (`xlnet-jax finetune`; pretraining ignores these)",
 }
 
 POSITIVE = above(0)
@@ -441,6 +442,32 @@ FIELDS = (
         at_least(1),
     ),
     Field("logical_axis_rules", RULES, DEFAULT_AXIS_RULES, "mesh", "Logical axis -> mesh axes."),
+    # --- finetune ---
+    Field(
+        "num_segments",
+        INT,
+        1,
+        "finetune",
+        "Segments of seq_len one text is read in through the recurrence memory (1: one row, "
+        "as the original; more reads texts up to num_segments * seq_len tokens).",
+        at_least(1),
+    ),
+    Field(
+        "max_qa_length",
+        INT,
+        128,
+        "finetune",
+        "RACE: tokens of question + option kept, from their end (the original's flag).",
+        at_least(1),
+    ),
+    Field(
+        "lr_layer_decay_rate",
+        NUMBER,
+        1.0,
+        "finetune",
+        "Layer l of n learns at learning_rate * rate ** (n - 1 - l); 1 disables it.",
+        Range(lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    ),
 )
 
 BY_NAME = {field.name: field for field in FIELDS}

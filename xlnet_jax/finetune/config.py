@@ -1,23 +1,19 @@
-"""The fine-tuning config: pretraining's fields where the meaning is the same, and the few of
-its own, all declared here.
+"""The fine-tuning config: pretraining's fields where the meaning is the same, at
+fine-tuning values, and the part "finetune" of config/fields.py (num_segments,
+max_qa_length, lr_layer_decay_rate).
 
-The architecture (vocab_size, d_model, ...) is not set here: it comes from --init_from. The
-defaults are the original's run_classifier.py flags where it has them (lr 2e-5 ... see
-configs/finetune/*.py for each task's published values).
+The architecture (vocab_size, d_model, ...) is not set here: it comes from --init_from.
+The values are the original's run_classifier.py defaults where it has them; the presets in
+configs/finetune/ set each task's published values.
 """
+
+import logging
 
 import ml_collections
 
 from xlnet_jax.config import default_config
 from xlnet_jax.errors import ConfigError
-
-# The fields this config adds to pretraining's, with what each means.
-FINETUNE_FIELDS = {
-    "num_segments": "segments of seq_len one text is read in, through the recurrence memory "
-    "(1: the original's single row; >1 reads texts up to num_segments * seq_len tokens)",
-    "max_qa_length": "RACE: tokens kept from the end of question + option",
-    "lr_layer_decay_rate": "layer l's learning rate is learning_rate * rate ** (n_layer - 1 - l)",
-}
+from xlnet_jax.run.fields import field_problem, nonfinite_problem
 
 
 def finetune_config() -> ml_collections.ConfigDict:
@@ -42,32 +38,35 @@ def finetune_config() -> ml_collections.ConfigDict:
     c.checkpoint_every = 500
     c.keep_checkpoints = 1
     c.attention_impl = "xla"  # The encoder's dense padding masks run the XLA path.
-    # Fine-tuning's own fields.
-    c.num_segments = 1
-    c.max_qa_length = 128
-    c.lr_layer_decay_rate = 1.0
+    return c
+
+
+log = logging.getLogger(__name__)
+
+
+def xlnet_large_shape(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The released XLNet-Large's shape (xlnet_cased_L-24_H-1024_A-16), which the published
+    fine-tuning settings are for: what `compile` sizes; --init_from replaces it when
+    fine-tuning."""
+    c.vocab_size = 32000
+    c.d_model = 1024
+    c.n_layer = 24
+    c.n_head = 16
+    c.d_head = 64
+    c.d_inner = 4096
     return c
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError naming the first fine-tuning field out of range."""
-    positive = ("seq_len", "batch_size", "num_train_steps", "num_segments", "max_qa_length")
-    for name in positive:
-        if config[name] < 1:
-            raise ConfigError(f"config.{name}: must be >= 1, got {config[name]}")
+    """Raises ConfigError naming the first field out of its declared range, or the first
+    relation between fine-tuning fields that does not hold."""
+    if problem := field_problem(config) or nonfinite_problem(config):
+        raise ConfigError(problem)
     if config.seq_len < 4:
         raise ConfigError(f"config.seq_len: must hold A <sep> <sep> <cls>, got {config.seq_len}")
-    if not 0.0 < config.lr_layer_decay_rate <= 1.0:
-        raise ConfigError(
-            f"config.lr_layer_decay_rate: must be in (0, 1], got {config.lr_layer_decay_rate}"
+    if config.num_segments > 1 and config.mem_len == 0:
+        log.warning(
+            "config.num_segments=%d with mem_len 0: the head sees the last segment alone "
+            "(the no-memory control); mem_len = seq_len * (num_segments - 1) shows it all.",
+            config.num_segments,
         )
-    if config.num_segments > 1 and config.mem_len < 1:
-        raise ConfigError(
-            f"config.num_segments={config.num_segments} reads a text through the memory: set "
-            "config.mem_len >= 1 (seq_len * (num_segments - 1) lets the last segment see all)"
-        )
-    for name in ("mem_len", "warmup_steps", "eval_every", "checkpoint_every"):
-        if config[name] < 0:
-            raise ConfigError(f"config.{name}: must be >= 0, got {config[name]}")
-    if config.checkpoint_every == 0:
-        raise ConfigError("config.checkpoint_every: must be >= 1")

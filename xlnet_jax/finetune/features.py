@@ -51,6 +51,16 @@ def pair_row(
     return ids.reshape(shape), seg.reshape(shape), mask.reshape(shape)
 
 
+def input_spec(config, rows: tuple[int, ...] = ()) -> dict[str, tuple[tuple, str]]:
+    """The input arrays' (shape without the batch axis, dtype): [S, *rows, L]."""
+    shape = (config.num_segments, *rows, config.seq_len)
+    return {
+        "input_ids": (shape, "int32"),
+        "seg_ids": (shape, "int32"),
+        "input_mask": (shape, "bool"),
+    }
+
+
 def stack_rows(rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
     """pair_row results -> {"input_ids", "seg_ids", "input_mask"}, stacked on a new axis 0."""
     ids, seg, mask = zip(*rows, strict=True) if rows else ((), (), ())

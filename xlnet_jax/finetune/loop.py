@@ -18,6 +18,7 @@ import numpy as np
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.checkpoint.hf import encoder_params
 from xlnet_jax.checkpoint.meta import make_meta
+from xlnet_jax.errors import ConfigError
 from xlnet_jax.finetune import batches, outputs
 from xlnet_jax.finetune.prepare import Inputs, Split
 from xlnet_jax.finetune.program import FinetuneProgram, build
@@ -79,6 +80,11 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
     eval_results.json, predictions/ and test submissions; returns the final results."""
     config: ml_collections.ConfigDict = inputs.config
     mesh = sharding.make_mesh(config)
+    if config.batch_size % sharding.num_data_shards(mesh):
+        raise ConfigError(
+            f"config.batch_size: {config.batch_size} rows do not split over the mesh's "
+            f"{sharding.num_data_shards(mesh)} data shards; use a multiple"
+        )
     example = batches.train_batch(inputs.train.features, config.batch_size, config.seed, 0)
     program = build(config, inputs.task, inputs.labels, mesh, example)
     checkpoint_bytes = sum(
@@ -121,9 +127,10 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
             if save or done % config.log_every == 0:
                 records = jax.device_get(pending)
                 step_time = (time.time() - interval_start) / len(records)
+                speed = {"step_time": step_time, "tokens_per_sec": tokens / step_time}
                 for offset, record in enumerate(records):
                     scalars = {k: float(v) for k, v in record.items()}
-                    writer.write(done - len(records) + offset + 1, scalars)
+                    writer.write(done - len(records) + offset + 1, {**scalars, **speed})
                 eta = (config.num_train_steps - done) * step_time
                 progress.note(
                     f"step {done}/{config.num_train_steps} | loss {float(records[-1]['loss']):.4f}"

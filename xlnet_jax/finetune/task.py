@@ -112,6 +112,11 @@ class Task(abc.ABC):
         """Whether these examples carry gold labels (RACE's test split does)."""
         return all(getattr(e, "label", None) is not None for e in examples)
 
+    def batch_spec(self, config: ml_collections.ConfigDict) -> dict[str, tuple[tuple, str]]:
+        """{name: (shape without the batch axis, dtype)} of a batch's arrays but "weight":
+        what `compile` and the benchmarks build a batch from without data."""
+        raise NotImplementedError(f"{self.name}: no batch_spec; compile needs one")
+
     def submission(self, split: str, predictions: list[dict]) -> tuple[str, str] | None:
         """(file name, text) of a leaderboard submission for a test split, or None."""
         del split, predictions

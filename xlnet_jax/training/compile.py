@@ -80,26 +80,36 @@ def compile_train_step(config: ml_collections.ConfigDict, target: Target | str) 
     except Exception as e:  # noqa: BLE001 - XLA reports out-of-memory as a runtime error
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
-        # libtpu says "Used 20.5G of 15.75G hbm" or "...required for HLO temporaries (202.10G)".
-        needed = re.search(r"(?:Used |required[^(]*\()([\d.]+)([GMK])", str(e))
-        used = (
-            float(needed.group(1)) * {"G": GIB, "M": 2**20, "K": 2**10}[needed.group(2)]
-            if needed
-            else 0
-        )
-        report = CompileReport(
-            **shape,
-            argument_bytes=0,
-            output_bytes=0,
-            temp_bytes=0,
-            peak_bytes=int(used),
-            xla_flops=0.0,
-            model_flops=model_flops,
-            step_time_at_peak=step_time_at_peak,
-            fits=False,
-            error=str(e).splitlines()[0],
-        )
-        return report, None
+        return out_of_memory_report(shape, e, model_flops, step_time_at_peak), None
+    return memory_report(shape, compiled, model_flops, step_time_at_peak, target), compiled
+
+
+def out_of_memory_report(shape: dict, error: Exception, model_flops, step_time_at_peak):
+    """The report of a compile that ran out of memory, with the peak libtpu names if any.
+    `shape`: the report's target, rows and seq_len."""
+    # libtpu says "Used 20.5G of 15.75G hbm" or "...required for HLO temporaries (202.10G)".
+    needed = re.search(r"(?:Used |required[^(]*\()([\d.]+)([GMK])", str(error))
+    used = (
+        float(needed.group(1)) * {"G": GIB, "M": 2**20, "K": 2**10}[needed.group(2)]
+        if needed
+        else 0
+    )
+    return CompileReport(
+        **shape,
+        argument_bytes=0,
+        output_bytes=0,
+        temp_bytes=0,
+        peak_bytes=int(used),
+        xla_flops=0.0,
+        model_flops=model_flops,
+        step_time_at_peak=step_time_at_peak,
+        fits=False,
+        error=str(error).splitlines()[0],
+    )
+
+
+def memory_report(shape: dict, compiled, model_flops, step_time_at_peak, target: Target):
+    """The report of a compiled step: XLA's memory and cost analyses against the target."""
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()  # None on the GPU route
     cost = (cost[0] if isinstance(cost, list) else cost) or {}
@@ -109,7 +119,7 @@ def compile_train_step(config: ml_collections.ConfigDict, target: Target | str) 
         + memory.temp_size_in_bytes
         - memory.alias_size_in_bytes
     )
-    report = CompileReport(
+    return CompileReport(
         **shape,
         argument_bytes=memory.argument_size_in_bytes,
         output_bytes=memory.output_size_in_bytes,
@@ -120,7 +130,6 @@ def compile_train_step(config: ml_collections.ConfigDict, target: Target | str) 
         step_time_at_peak=step_time_at_peak,
         fits=peak_bytes <= target.memory_bytes,
     )
-    return report, compiled
 
 
 def format_duration(seconds: float) -> str:

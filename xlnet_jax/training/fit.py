@@ -56,13 +56,15 @@ def largest_fitting_batch(
     limit_rows: int,
     failed: aot.CompileReport | None = None,
     on_try: Callable[[Try], None] = lambda t: None,
+    compile_step: Callable = aot.compile_train_step,
 ) -> tuple[Try | None, list[Try]]:
     """(the largest fitting try or None, every try): rows per device in powers of two up to
     `limit_rows`, each compiled with the config's other fields and the given remat.
 
     With `failed` (a report that did not fit, with XLA's peak), the search starts from the
     rows that peak scales down to (an upper bound when memory is linear in rows) and halves;
-    without, it starts from the fewest rows and doubles.
+    without, it starts from the fewest rows and doubles. `compile_step` (config, target) ->
+    (report, compiled) is pretraining's step unless given (fine-tuning passes its own).
     """
     min_rows = 2 if config.bi_data else 1
     num_devices = len(target.devices)
@@ -72,7 +74,7 @@ def largest_fitting_batch(
         trial = config.copy_and_resolve_references()
         trial.remat = remat
         trial.batch_size = batch_size_for(config, num_devices, rows)
-        report, _ = aot.compile_train_step(trial, target)
+        report, _ = compile_step(trial, target)
         tries[rows] = Try(trial.batch_size, rows, remat, report.peak_bytes, report.fits)
         on_try(tries[rows])
         return report.fits
@@ -92,7 +94,11 @@ def largest_fitting_batch(
     return None, list(tries.values())
 
 
-def what_fits(config: ml_collections.ConfigDict, report: aot.CompileReport) -> list[str]:
+def what_fits(
+    config: ml_collections.ConfigDict,
+    report: aot.CompileReport,
+    compile_step: Callable = aot.compile_train_step,
+) -> list[str]:
     """Searches after `report` did not fit; the lines that say which batch_size fits and what
     else would help (only switches that are not on already), with each try as it compiles."""
     print(
@@ -104,13 +110,14 @@ def what_fits(config: ml_collections.ConfigDict, report: aot.CompileReport) -> l
     lines = []
     below = max(report.rows - 1, 1)
     best, _ = largest_fitting_batch(
-        config, report.target, remat=config.remat, limit_rows=below, failed=report, on_try=show
-    )
+        config, report.target, remat=config.remat, limit_rows=below, failed=report,
+        on_try=show, compile_step=compile_step,
+    )  # fmt: skip
     lines.append(_verdict(config, report, best))
     if not config.remat:  # the no-remat peak scales to a first guess that remat beats
         with_remat, _ = largest_fitting_batch(
             config, report.target, remat=True, limit_rows=report.rows, failed=report,
-            on_try=show,
+            on_try=show, compile_step=compile_step,
         )  # fmt: skip
         if with_remat is not None:
             lines.append(

@@ -77,6 +77,10 @@ class PairTask(Task):
     def module(self, model: ModelConfig, labels: list[str]) -> nn.Module:
         return SequenceHead(model, 1 if self.regression else len(labels))
 
+    def batch_spec(self, config: ml_collections.ConfigDict) -> dict[str, tuple[tuple, str]]:
+        label = ((), "float32" if self.regression else "int32")
+        return {**features.input_spec(config), "label": label}
+
     def loss(self, outputs: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
         if self.regression:
             return jnp.square(outputs[:, 0] - batch["label"])

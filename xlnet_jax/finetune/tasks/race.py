@@ -140,6 +140,9 @@ class Race(Task):
         del labels
         return SequenceHead(model, 1)
 
+    def batch_spec(self, config: ml_collections.ConfigDict) -> dict[str, tuple[tuple, str]]:
+        return {**features.input_spec(config, (len(CHOICES),)), "label": ((), "int32")}
+
     def loss(self, outputs: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
         return optax.softmax_cross_entropy_with_integer_labels(outputs[..., 0], batch["label"])
 

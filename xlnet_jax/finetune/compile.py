@@ -1,0 +1,96 @@
+"""`xlnet-jax compile --task_name T`: the fine-tuning step AOT-compiled for a TPU slice or
+NVIDIA cards from a CPU, reported as pretraining's step is (training/compile.py), with the
+search for the largest batch_size that fits (training/fit.py) when it does not.
+
+The architecture comes from the config (set the source model's fields, e.g. configs/large.py's,
+with --config.FIELD) since nothing is loaded; the batch is the task's shape (task.batch_spec):
+RACE's rows are 4 options of seq_len each.
+"""
+
+import ml_collections
+import numpy as np
+
+from xlnet_jax.config import mesh_shape
+from xlnet_jax.errors import UsageError
+from xlnet_jax.finetune import config as finetune_config
+from xlnet_jax.finetune.program import build
+from xlnet_jax.finetune.registry import get_task
+from xlnet_jax.model import flops
+from xlnet_jax.training import compile as aot
+from xlnet_jax.training import fit, sharding, targets
+
+
+def example_batch(task, config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
+    """A batch of zeros of the task's shapes (batch_spec) and weight 1."""
+    batch = {
+        name: np.zeros((config.batch_size, *shape), dtype)
+        for name, (shape, dtype) in task.batch_spec(config).items()
+    }
+    batch["weight"] = np.ones(config.batch_size, np.float32)
+    return batch
+
+
+def _model_flops(config: ml_collections.ConfigDict, rows_per_feature: int) -> float:
+    """Analytic FLOPs of one step (3x forward) of the content stream over every segment:
+    pretraining's count (model/flops.py) with no targets and no LM head."""
+    rows = config.batch_size * rows_per_feature * config.num_segments
+    memory = config.mem_len if config.num_segments > 1 else 0
+    view = ml_collections.ConfigDict(
+        {**config.to_dict(), "num_predict": 0, "mem_len": memory, "bi_data": False,
+         "batch_size": rows, "grad_accum_steps": 1}
+    )  # fmt: skip
+    return flops.train_flops_per_step(view)
+
+
+def compile_step(config: ml_collections.ConfigDict, target, task_name: str):
+    """(CompileReport, compiled or None) of the task's train step on `target`."""
+    if isinstance(target, str):
+        target = targets.tpu_target(target, config.num_slices)
+    finetune_config.validate(config)
+    task = get_task(task_name)
+    devices = list(target.devices)
+    data, fsdp, _ = mesh_shape(config, len(devices))
+    if config.batch_size % (data * fsdp):
+        raise UsageError(
+            f"config.batch_size {config.batch_size} does not split over {data * fsdp} data shards"
+        )
+    example = example_batch(task, config)
+    rows_per_feature = int(np.prod(example["input_ids"].shape[2:-1], dtype=int))
+    mesh = sharding.make_mesh(config, devices)
+    labels = ["label"] * 2  # the head's width does not move the memory
+    program = build(config, task, labels, mesh, example)
+    model_flops = _model_flops(config, rows_per_feature) / len(devices)
+    shape = dict(target=target, rows=config.batch_size // (data * fsdp), seq_len=config.seq_len)
+    try:
+        with program.activate():
+            lowered = program.train_step.lower(
+                program.abstract_state, program.abstract_batch(example)
+            )
+        compiled = lowered.compile()
+    except Exception as e:  # noqa: BLE001 - XLA reports out-of-memory as a runtime error
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        return aot.out_of_memory_report(
+            shape, e, model_flops, model_flops / target.peak_flops
+        ), None
+    return aot.memory_report(
+        shape, compiled, model_flops, model_flops / target.peak_flops, target
+    ), compiled
+
+
+def compile_for(
+    config: ml_collections.ConfigDict, task_name: str, *, topology: str | None, gpu: str | None
+) -> int:
+    """The CLI body for a fine-tuning config: report, and the largest fitting batch_size when
+    the config's does not fit. Exit 0 iff it fits, 3 if not."""
+    if (topology is None) == (gpu is None):
+        raise UsageError("compile: give one of --topology (a TPU slice) or --gpu (NVIDIA cards).")
+    with aot.libtpu_log_held():
+        target = targets.tpu_target(topology, config.num_slices) if topology else None
+        target = target or targets.gpu_target(gpu)
+        step = lambda c, t: compile_step(c, t, task_name)  # noqa: E731
+        report, _ = step(config, target)
+        print(f"fine-tuning {task_name}: {aot.format_report(report)}", flush=True)
+        if not report.fits:
+            print("\n".join(fit.what_fits(config, report, compile_step=step)))
+    return 0 if report.fits else 3
