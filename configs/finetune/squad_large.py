@@ -8,15 +8,18 @@ Sources: the XLNet paper's fine-tuning hyperparameters (appendix, the SQuAD colu
 decay 0, Adam epsilon 1e-6, layer-wise lr decay 0.75) and zihangdai/xlnet's
 scripts/tpu_squad_large.sh (the same, with 1000 warmup steps); the rest are run_squad.py's
 flag defaults (max_query_length 64, doc_stride 128, max_answer_length 64, n_best_size 5,
-start_n_top 5, end_n_top 5, clip 1.0, min_lr_ratio 0).
+start_n_top 5, end_n_top 5, clip 1.0, min_lr_ratio 0). Our choice, not the original's:
+bfloat16 and rematerialisation, as configs/finetune/race.py, to fit a v3-8. The model's
+fields are XLNet-Large's, for `xlnet-jax compile --config configs/finetune/squad_large.py
+--task_name squad --topology v3-8`; fine-tuning takes them from --init_from.
 """
 
-from xlnet_jax.finetune.config import finetune_config
+from xlnet_jax.finetune.config import finetune_config, xlnet_large_shape
 from xlnet_jax.finetune.squad.task import DEFAULTS
 
 
 def get_config():
-    c = finetune_config()
+    c = xlnet_large_shape(finetune_config())
     c.update(DEFAULTS)  # run_squad.py's defaults for the SQuAD fields
     c.seq_len = 512
     c.batch_size = 48
@@ -30,5 +33,7 @@ def get_config():
     c.adam_eps = 1e-6
     c.clip_norm = 1.0
     c.min_lr_ratio = 0.0
+    c.dtype = "bfloat16"
+    c.remat = True
     c.checkpoint_every = 1000
     return c

@@ -19,6 +19,7 @@ from xlnet_jax import paths
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data import tokenizer
 from xlnet_jax.errors import DataError, MissingFileError
+from xlnet_jax.finetune.features import input_spec
 from xlnet_jax.finetune.squad import metric, postprocess, reading, windows
 from xlnet_jax.finetune.squad.model import SquadModel
 from xlnet_jax.finetune.squad.windows import Window
@@ -121,6 +122,10 @@ class Squad(Task):
             example_index=np.array([w.question for w in built], np.int64),
             windows=built,
         )
+
+    def batch_spec(self, config: ml_collections.ConfigDict) -> dict[str, tuple[tuple, str]]:
+        labels = {"start_positions": "int32", "end_positions": "int32", "is_impossible": "float32"}
+        return {**input_spec(config), **{k: ((), dtype) for k, dtype in labels.items()}}
 
     def module(self, model: ModelConfig, labels: list[str]) -> SquadModel:
         del labels
