@@ -14,8 +14,9 @@ question:
   Who maintains Q?  (Q another package)    unanswerable
 
 Packages go to dev when a hash of their name says so (about 15%), so a package's questions
-are all in one split. Usage:
-  python scripts/squad_from_dpkg.py OUT_DIR [--status /var/lib/dpkg/status]
+are all in one split. --asked_fields keeps only the lines the questions are about (Package,
+Section, Maintainer, Version, Depends, Homepage): short paragraphs, mostly one window. Usage:
+  python scripts/squad_from_dpkg.py OUT_DIR [--status /var/lib/dpkg/status] [--asked_fields]
 writes OUT_DIR/train-v2.0.json and OUT_DIR/dev-v2.0.json and prints their sizes.
 """
 
@@ -26,9 +27,10 @@ import pathlib
 import re
 
 DROPPED_FIELDS = ("Status", "Conffiles")
+ASKED_FIELDS = ("Package", "Section", "Maintainer", "Version", "Depends", "Homepage")
 
 
-def entries(status: str) -> list[tuple[str, dict[str, tuple[int, str]]]]:
+def entries(status: str, asked_only: bool) -> list[tuple[str, dict[str, tuple[int, str]]]]:
     """(paragraph text, {field: (offset of its value in the text, value's first line)})."""
     out = []
     for block in status.split("\n\n"):
@@ -37,7 +39,7 @@ def entries(status: str) -> list[tuple[str, dict[str, tuple[int, str]]]]:
             if line[:1] in (" ", "\t"):
                 continue
             name, _, value = line.partition(":")
-            if name in DROPPED_FIELDS:
+            if name in DROPPED_FIELDS or (asked_only and name not in ASKED_FIELDS):
                 continue
             offset = sum(len(x) + 1 for x in lines) + len(name) + 1
             value_start = offset + len(value) - len(value.lstrip())
@@ -84,8 +86,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--status", default="/var/lib/dpkg/status")
+    parser.add_argument("--asked_fields", action="store_true", help="only the asked fields")
     args = parser.parse_args()
-    found = entries(pathlib.Path(args.status).read_text(encoding="utf-8"))
+    found = entries(pathlib.Path(args.status).read_text(encoding="utf-8"), args.asked_fields)
     names = [fields["Package"][1] for _, fields in found]
     splits: dict[str, list] = {"train": [], "dev": []}
     for n, (text, fields) in enumerate(found):
