@@ -5,14 +5,18 @@ Each document is `--segments` x seq_len tokens of filler words; one of two key w
 last segment, so the label is learnable only if the memory carries the first segment there.
 Fine-tunes `xlnet-jax finetune --task_name classification` on it for each memory length
 (0: the last segment alone; seq_len; seq_len * (segments - 1): every earlier position),
-plus the one-segment reading for speed, and prints dev accuracy and ms/step per setting.
+plus the one-segment reading, and prints dev accuracy per setting. First, the speed side:
+the train step's time per (num_segments, mem_len), all settings compiled in one process and
+called in turn (--time_only stops there).
 
     python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/longdoc
 """
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -58,6 +62,44 @@ def run(args, data: str, workdir: str, segments: int, mem_len: int) -> dict:
     )  # fmt: skip
 
 
+def time_settings(args, settings: list[tuple[int, int]]) -> dict[tuple[int, int], list[float]]:
+    """Seconds of the train step per (num_segments, mem_len), measured in this process with
+    the settings' steps called in turn (so the machine's load falls on all alike)."""
+    import jax
+
+    from xlnet_jax.finetune.compile import example_batch
+    from xlnet_jax.finetune.config import finetune_config
+    from xlnet_jax.finetune.prepare import with_source_architecture
+    from xlnet_jax.finetune.program import build
+    from xlnet_jax.finetune.registry import get_task
+    from xlnet_jax.run.init_from import load_source
+    from xlnet_jax.training import sharding
+
+    task, source = get_task("classification"), load_source(args.init_from)
+    steps = {}
+    for segments, mem_len in settings:
+        config = with_source_architecture(finetune_config(), source)
+        config.seq_len, config.batch_size = args.seq_len, args.batch
+        config.num_segments, config.mem_len = segments, mem_len
+        batch = example_batch(task, config)
+        program = build(config, task, ["a", "b"], sharding.make_mesh(config), batch)
+        with program.activate():
+            state, placed = program.init_state(), program.put_batch(batch)
+            for _ in range(2):  # compile, warm up
+                state, metrics = program.train_step(state, placed)
+        steps[segments, mem_len] = (program, state, placed)
+    times = {key: [] for key in settings}
+    for _ in range(args.time_iters):
+        for key, (program, state, placed) in steps.items():
+            with program.activate():
+                start = time.perf_counter()
+                state, metrics = program.train_step(state, placed)
+                jax.block_until_ready(metrics)
+                times[key].append(time.perf_counter() - start)
+            steps[key] = (program, state, placed)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--init_from", required=True, help="pretraining workdir or HF dir")
@@ -70,7 +112,23 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=2000)
     parser.add_argument("--dev", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time_iters", type=int, default=20, help="timed steps per setting")
+    parser.add_argument("--time_only", action="store_true", help="only the step-time table")
     args = parser.parse_args()
+    timing = [(1, 0), (2, 0), (2, args.seq_len), (4, 0), (4, args.seq_len)]
+    timing.append((args.segments, args.seq_len * (args.segments - 1)))
+    times = time_settings(args, timing)
+    print(machine())
+    print(f"\ntrain step, batch {args.batch} texts, seq_len {args.seq_len}, median of "
+          f"{args.time_iters} steps, settings called in turn\n")  # fmt: skip
+    print("| num_segments | mem_len | ms/step | against one segment |")
+    print("|---|---|---|---|")
+    one = statistics.median(times[1, 0])
+    for (segments, mem_len), seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"| {segments} | {mem_len} | {1e3 * median:.0f} | {median / one:.2f}x |")
+    if args.time_only:
+        return
     data = os.path.join(args.out, "data")
     # About 1.3 pieces a filler word: enough words that every document fills all segments.
     write_task(data, 2 * args.seq_len * args.segments, args.train, args.dev, args.seed)
@@ -83,7 +141,7 @@ def main() -> None:
     print(machine())
     print(f"\ndocuments of {args.segments} x seq_len {args.seq_len} tokens, key word in the "
           f"first 8 words; {args.steps} steps of batch {args.batch}; chance 0.5\n")  # fmt: skip
-    print("| num_segments | mem_len | tokens read | dev accuracy | ms/step |")
+    print("| num_segments | mem_len | tokens read | dev accuracy | ms/step (in the run) |")
     print("|---|---|---|---|---|")
     for segments, mem_len, result in rows:
         note = " (the first segment only)" if segments == 1 else ""

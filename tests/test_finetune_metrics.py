@@ -10,6 +10,7 @@ import scipy.stats
 from xlnet_jax.data.tokenizer import CLS_ID, PAD_ID, SEP_ID
 from xlnet_jax.finetune import batches, features, metrics
 from xlnet_jax.finetune.optim import layer_factors
+from xlnet_jax.finetune.seeds import median_results
 from xlnet_jax.finetune.task import Features
 
 
@@ -94,3 +95,12 @@ def test_layer_factors_scale_each_layer_and_nothing_else():
     assert float(factors["transformer"]["word_embedding"]) == 1.0
     assert float(factors["logits_proj"]["kernel"]) == 1.0
     assert jax.tree.structure(factors) == jax.tree.structure(params)
+
+
+def test_seeds_report_the_median_of_each_metric():
+    per_seed = {
+        0: {"dev": {"accuracy": 0.5, "loss": 0.9}},
+        1: {"dev": {"accuracy": 0.7, "loss": 0.6}},
+        2: {"dev": {"accuracy": 0.6, "loss": 0.8}},
+    }
+    assert median_results(per_seed) == {"dev": {"accuracy": 0.6, "loss": 0.8}}

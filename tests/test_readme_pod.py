@@ -60,6 +60,14 @@ NOT_RUN_HERE = {
     "python scripts/fine_tune_hf.py": "needs a trained export and the user's task files; "
     "tests/test_init_from.py runs its fine_tune on an export of a trained run",
     "tensorboard": "a server that does not exit",
+    "xlnet-jax finetune": "needs GLUE or RACE files and a pretrained model; "
+    "tests/test_finetune_run.py runs finetune end to end on a tiny model and task",
+    "python benchmarks/finetune_man_sections.py": "fine-tunes twice for minutes (its figures "
+    "are the Fine-tune page's); tests/test_finetune_run.py runs the same command path",
+    "python benchmarks/finetune_long_documents.py": "fine-tunes four times for minutes (the "
+    "Fine-tune page's figures); tests/test_finetune_run.py checks the memory path",
+    "python benchmarks/finetune_step.py": "times two frameworks for minutes (the Fine-tune "
+    "page's table); tests/test_finetune_heads.py checks the same heads against HF",
 }
 
 

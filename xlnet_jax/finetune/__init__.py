@@ -1,6 +1,20 @@
 """Fine-tuning: GLUE, RACE and your own labels on the pretrained encoder (`xlnet-jax finetune`).
 
   task.py       what a task provides (read, featurize, module, loss, predictions, metrics)
+  registry.py   --task_name -> its Task; tasks/ the GLUE, RACE and generic tasks
+  tsv.py        GLUE's tab-separated files, errors by line
   text.py       text to ids as the pretrained model saw text (normalisation + pieces)
+  features.py   A <sep> B <sep> <cls> rows, padded on the left, cut into segments
+  metrics.py    the official metrics (Matthews, F1, Pearson, Spearman, accuracy)
+  config.py     the fine-tuning config's defaults and checks
+  prepare.py    the source model, its tokenizer and every split, read before anything runs
+  forward.py    a task's module over a text's segments through the recurrence memory
+  optim.py      AdamW with layer-wise learning-rate decay
+  program.py    state on the mesh and the jitted train and predict steps
+  batches.py    training batches as a function of (seed, step); evaluation batches in order
+  loop.py       train, checkpoint, resume, evaluate, write results and predictions
+  outputs.py    eval_results.json, predictions/, submissions, finetune.json
+  seeds.py      --seeds N: each result and the median
+  compile.py    `compile --task_name`: the fine-tuning step for a TPU slice or GPUs
 Imports training, run, checkpoint, model, data, config and errors.
 """

@@ -90,7 +90,13 @@ def compile_for(
         target = target or targets.gpu_target(gpu)
         step = lambda c, t: compile_step(c, t, task_name)  # noqa: E731
         report, _ = step(config, target)
-        print(f"fine-tuning {task_name}: {aot.format_report(report)}", flush=True)
+        shape = example_batch(get_task(task_name), config)["input_ids"].shape[1:]
+        print(
+            f"fine-tuning {task_name}: a row of the batch is {int(np.prod(shape[1:-1]))} "
+            f"sequence(s) x {shape[0]} segment(s) of {shape[-1]} tokens",
+            flush=True,
+        )
+        print(aot.format_report(report), flush=True)
         if not report.fits:
             print("\n".join(fit.what_fits(config, report, compile_step=step)))
     return 0 if report.fits else 3

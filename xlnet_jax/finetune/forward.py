@@ -4,7 +4,8 @@ Inputs are [B, S, *rows, L] (task.py): the S segments of each text run in order 
 `lax.scan`, each segment's memory the last mem_len positions of the ones before (padding
 marked, so never attended), and the head's outputs of the last segment are the result. With
 S = 1 it is one call with no memory, as the original's classifier. The memory is a
-constant to the gradient (as in pretraining): earlier segments are read, not trained through.
+constant to the gradient (as in pretraining): earlier segments are read, not trained
+through, and run with constant weights, so the backward pass covers the last segment only.
 """
 
 import math
@@ -46,19 +47,21 @@ def apply_segments(
         jnp.ones((num_rows, mem_len), bool),
     )
 
-    def segment(carry, xs):
+    def segment(weights, carry, xs):
         ids, seg_ids, input_mask, index = xs
         rngs = {} if deterministic else {"dropout": jax.random.fold_in(dropout_key, index)}
         outputs, mems, mem_mask = module.apply(
-            {"params": params}, ids, seg_ids, input_mask, *carry,
+            {"params": weights}, ids, seg_ids, input_mask, *carry,
             deterministic=deterministic, rngs=rngs,
         )  # fmt: skip
         return (mems, mem_mask), outputs
 
     xs = (*(by_segment(inputs[k]) for k in INPUT_KEYS), jnp.arange(segments))
-    if segments == 1:
-        _, outputs = segment(carry, jax.tree.map(lambda x: x[0], xs))
-    else:
-        _, outputs = jax.lax.scan(segment, carry, xs)
-        outputs = jax.tree.map(lambda x: x[-1], outputs)
+    if segments > 1:
+        # The earlier segments only make the memory, a constant to the gradient: run them
+        # with constant weights, so that the backward pass covers the last segment alone.
+        frozen = jax.lax.stop_gradient(params)
+        earlier = jax.tree.map(lambda x: x[:-1], xs)
+        carry, _ = jax.lax.scan(lambda c, x: segment(frozen, c, x), carry, earlier)
+    _, outputs = segment(params, carry, jax.tree.map(lambda x: x[-1], xs))
     return jax.tree.map(lambda x: x.reshape(batch, *rows, *x.shape[1:]), outputs)

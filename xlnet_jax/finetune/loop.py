@@ -7,6 +7,7 @@ as in pretraining, and no write outlives the lease.
 """
 
 import contextlib
+import datetime
 import logging
 import math
 import time
@@ -135,7 +136,7 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                 progress.note(
                     f"step {done}/{config.num_train_steps} | loss {float(records[-1]['loss']):.4f}"
                     f" | {tokens / step_time:,.0f} tok/s | {step_time * 1e3:.0f} ms/step | "
-                    f"ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}"
+                    f"ETA {datetime.timedelta(seconds=round(eta))}"
                 )
                 pending, interval_start = [], time.time()
             if (
