@@ -83,11 +83,14 @@ def test_spans_and_max_context_as_the_original():
     # 10 pieces, room 4, stride 3: windows [0, 4) [3, 7) [6, 10)
     assert windows.spans(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
     assert windows.spans(4, 4, 3) == [(0, 4)]
-    spans = windows.spans(10, 4, 3)
+    best = windows.max_context(windows.spans(10, 4, 3), 10)
     # piece 3: window 0 score min(3, 0) + .04, window 1 min(0, 3) + .04: the first wins ties
-    assert [windows.max_context(spans, w, 3) for w in range(3)] == [True, False, False]
-    # piece 4: window 1 (min(1, 2)) beats window 0 (absent) and 2 (absent)
-    assert [windows.max_context(spans, w, 5) for w in range(3)] == [False, True, False]
+    assert best[:, 3].tolist() == [True, False, False]
+    # piece 5: window 1 only (min(2, 1))
+    assert best[:, 5].tolist() == [False, True, False]
+    # piece 6: window 1 min(3, 0), window 2 min(0, 3): the first again
+    assert best[:, 6].tolist() == [False, True, False]
+    assert (best.sum(axis=0) == 1).all()
 
 
 def test_windows_layout_labels_and_masks(sp):

@@ -101,17 +101,17 @@ def spans(total: int, room: int, stride: int) -> list[tuple[int, int]]:
         start += min(length, stride)
 
 
-def max_context(spans_: list[tuple[int, int]], index: int, position: int) -> bool:
-    """Whether window `index` is where piece `position` has its largest context score:
-    min(left, right context) + 0.01 * window length, the first window winning ties."""
-    best, best_score = None, None
-    for i, (start, length) in enumerate(spans_):
-        if not start <= position < start + length:
-            continue
-        score = min(position - start, start + length - 1 - position) + 0.01 * length
-        if best_score is None or score > best_score:
-            best, best_score = i, score
-    return best == index
+def max_context(spans_: list[tuple[int, int]], total: int) -> np.ndarray:
+    """bool [windows, total]: whether window w is where piece p has its largest context score,
+    min(left, right context) + 0.01 * window length (the original's; the first window wins
+    ties)."""
+    positions = np.arange(total)
+    scores = np.full((len(spans_), total), -np.inf)
+    for w, (start, length) in enumerate(spans_):
+        inside = (positions >= start) & (positions < start + length)
+        context = np.minimum(positions - start, start + length - 1 - positions) + 0.01 * length
+        scores[w] = np.where(inside, context, -np.inf)
+    return np.arange(len(spans_))[:, None] == scores.argmax(axis=0)[None, :]
 
 
 def question_windows(
@@ -152,6 +152,7 @@ def _windows(
 ) -> list[Window]:
     room = config.seq_len - len(query) - 3
     spans_ = spans(len(pieces.ids), room, config.doc_stride)
+    best = max_context(spans_, len(pieces.ids))
     answer = None if question.is_impossible else _answer_pieces(question, pieces)
     out = []
     for i, (start, length) in enumerate(spans_):
@@ -183,7 +184,7 @@ def _windows(
                 is_impossible=float(first == cls_index),
                 char_start=pieces.start[start:stop],
                 char_end=pieces.end[start:stop],
-                max_context=np.array([max_context(spans_, i, p) for p in range(start, stop)]),
+                max_context=best[i, start:stop],
             )
         )
     return out
