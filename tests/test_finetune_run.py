@@ -2,6 +2,7 @@
 class with the same logits, one-line errors, and the long-text path through the memory."""
 
 import json
+import os
 import shutil
 import sys
 from unittest import mock
@@ -39,6 +40,20 @@ FLAGS = [
 
 def _sentences(rng: np.random.Generator, count: int) -> list[str]:
     return [" ".join(rng.choice(WORDS, rng.integers(3, 9))) for _ in range(count)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """The command turns on a persistent compilation cache (as `train` does): here one of
+    this module's own, the process's settings put back afterwards (a resume's compile then
+    comes from it, as a user's would)."""
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    saved = {name: getattr(jax.config, name) for name in names}
+    cache = str(tmp_path_factory.mktemp("xla-cache"))
+    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": cache}):
+        yield
+    for name, value in saved.items():
+        jax.config.update(name, value)
 
 
 @pytest.fixture(scope="module")

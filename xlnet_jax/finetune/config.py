@@ -64,6 +64,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(problem)
     if config.seq_len < 4:
         raise ConfigError(f"config.seq_len: must hold A <sep> <sep> <cls>, got {config.seq_len}")
+    if config.grad_accum_steps != 1:
+        raise ConfigError(
+            f"config.grad_accum_steps: fine-tuning takes one batch per step, got "
+            f"{config.grad_accum_steps}; lower batch_size instead"
+        )
     if config.num_segments > 1 and config.mem_len == 0:
         log.warning(
             "config.num_segments=%d with mem_len 0: the head sees the last segment alone "
