@@ -130,7 +130,7 @@ def test_mnli_evaluates_matched_and_mismatched():
 
 def test_every_task_of_the_issue_is_registered():
     names = {"cola", "sst-2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte", "wnli", "race"}
-    assert set(TASKS) == names | {"classification", "regression"}
+    assert set(TASKS) == names | {"classification", "regression", "squad"}
 
 
 def test_generic_tasks_read_label_text_lines(tmp_path):

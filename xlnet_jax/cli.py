@@ -432,14 +432,14 @@ def _define_finetune(fv: flags.FlagValues) -> None:
     flags.DEFINE_string(
         "task_name",
         None,
-        "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli, race, classification or "
-        "regression (case-insensitive).",
+        "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli, race, classification, "
+        "regression or squad (case-insensitive).",
         flag_values=fv,
     )
     flags.DEFINE_string(
         "data_dir",
         None,
-        "The task's files, laid out as GLUE or RACE distribute them.",
+        "The task's files, laid out as GLUE, RACE or SQuAD distribute them.",
         flag_values=fv,
     )
     flags.DEFINE_string(

@@ -32,6 +32,7 @@ from flax import traverse_util
 
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import hf_tokenizer
+from xlnet_jax.checkpoint.hf_qa import QA_HEAD_KEYS
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data import spm_source
 from xlnet_jax.errors import HFFormatError, MissingFileError
@@ -412,6 +413,7 @@ HEADS = {
     "classification": HeadMapping("XLNetForSequenceClassification", _SEQUENCE_SUMMARY_KEYS),
     "regression": HeadMapping("XLNetForSequenceClassification", _SEQUENCE_SUMMARY_KEYS),
     "multiple_choice": HeadMapping("XLNetForMultipleChoice", _SEQUENCE_SUMMARY_KEYS),
+    "question_answering": HeadMapping("XLNetForQuestionAnswering", QA_HEAD_KEYS),
 }
 
 

@@ -1,13 +1,14 @@
 """--task_name -> its Task: the original's names, case-insensitive."""
 
 from xlnet_jax.errors import ConfigError
+from xlnet_jax.finetune.squad.task import Squad
 from xlnet_jax.finetune.task import Task
 from xlnet_jax.finetune.tasks.generic import Classification, Regression
 from xlnet_jax.finetune.tasks.glue import GLUE_TASKS
 from xlnet_jax.finetune.tasks.race import Race
 
 TASKS: dict[str, type[Task]] = {
-    cls.name: cls for cls in (*GLUE_TASKS, Race, Classification, Regression)
+    cls.name: cls for cls in (*GLUE_TASKS, Race, Classification, Regression, Squad)
 }
 
 

@@ -1,0 +1,137 @@
+"""The SQuAD metric on hand-made cases, each expected figure worked out by the official
+evaluate-v2.0 formulas in the comments; and the postprocessing that feeds it."""
+
+import json
+
+import numpy as np
+import pytest
+
+from xlnet_jax.finetune.squad import metric, postprocess
+from xlnet_jax.finetune.squad.reading import Question
+from xlnet_jax.finetune.squad.windows import Window
+
+
+@pytest.mark.parametrize(
+    "gold,prediction,exact,f1",
+    [
+        ("the Eiffel Tower", "Eiffel tower", 1, 1.0),  # articles and case go
+        ("U.S. Army", "US army!", 1, 1.0),  # ASCII punctuation goes
+        ("an  apple ", "apple", 1, 1.0),  # whitespace collapses
+        ("the big red dog", "red dog barked", 0, 2 / 3),  # bags {big red dog} {red dog barked}
+        ("dog dog cat", "dog", 0, 0.5),  # p = 1, r = 1/3: 2 * 1/3 / (4/3)
+        ("Paris", "London", 0, 0.0),
+        ("", "", 1, 1.0),  # no answer, none predicted
+        ("", "London", 0, 0.0),
+        ("北京大学", "北京", 0, 2 / 3),  # CJK: characters, p = 1, r = 1/2
+        ("北京。", "北京", 1, 1.0),  # CJK punctuation goes too
+        ("서울에서", "서울", 0, 2 / 3),  # Hangul by character
+        ("Python 3 编程", "python 3编程", 1, 1.0),  # mixed: words and characters
+    ],
+)
+def test_exact_and_f1(gold, prediction, exact, f1):
+    assert metric.exact(gold, prediction) == exact
+    assert metric.f1(gold, prediction) == pytest.approx(f1)
+
+
+def test_a_question_scores_its_best_gold_answer():
+    exact, f1 = metric.raw_scores({"q": ("Denver Broncos", "Broncos")}, {"q": "the Broncos"})
+    assert exact == {"q": 1} and f1 == {"q": 1.0}
+    # gold answers that normalise to nothing count as the no-answer ''
+    exact, _ = metric.raw_scores({"q": ("the", "!")}, {"q": ""})
+    assert exact == {"q": 1}
+
+
+GOLDS = {"q1": ("Paris",), "q2": ("blue whale",), "q3": (), "q4": ()}
+PREDICTIONS = {"q1": "Paris", "q2": "whale shark", "q3": "foo", "q4": "bar"}
+NULL_ODDS = {"q1": -2.0, "q2": 0.5, "q3": 3.0, "q4": -1.0}
+
+
+def test_threshold_and_its_search_as_the_official_script(tmp_path):
+    postprocess.write_predictions(str(tmp_path), "dev", PREDICTIONS, NULL_ODDS, {})
+    predictions = json.loads((tmp_path / "dev.json").read_text())
+    null_odds = json.loads((tmp_path / "dev_null_odds.json").read_text())
+    result = metric.evaluate(GOLDS, predictions, null_odds)
+    # threshold 1.0: q1 right; q2 wrong (f1: bags {blue whale} {whale shark}: 1/2); q3 over
+    # the threshold and unanswerable: right; q4 under it with a text: wrong.
+    assert result["exact"] == 50.0 and result["f1"] == pytest.approx(100 * 2.5 / 4)
+    assert result["HasAns_exact"] == 50.0 and result["HasAns_f1"] == pytest.approx(75.0)
+    assert result["NoAns_exact"] == 50.0 and result["total"] == 4
+    # search: all null scores 2 (q3, q4); by odds q1 +1 = 3 (best, at -2), q4 -1, q2 +0, q3 -1
+    assert result["best_exact"] == 75.0 and result["best_exact_thresh"] == -2.0
+    # f1: 2 +1 (q1) = 3 at -2, -1 (q4) = 2, +0.5 (q2) = 2.5, -1 (q3): best 3 at -2
+    assert result["best_f1"] == 75.0 and result["best_f1_thresh"] == -2.0
+
+
+def test_a_missing_prediction_is_one_line():
+    with pytest.raises(ValueError, match="no prediction for 1 question.*q4"):
+        metric.evaluate(GOLDS, {k: v for k, v in PREDICTIONS.items() if k != "q4"})
+
+
+def _window(question, paragraph_len, max_context, char_start, char_end):
+    n = paragraph_len + 4
+    return Window(
+        question=question,
+        input_ids=np.zeros(n, np.int32),
+        seg_ids=np.zeros(n, np.int32),
+        p_mask=np.zeros(n, np.int32),
+        paragraph_len=paragraph_len,
+        cls_index=n - 1,
+        start_position=-1,
+        end_position=-1,
+        is_impossible=0.0,
+        char_start=np.array(char_start),
+        char_end=np.array(char_end),
+        max_context=np.array(max_context),
+    )
+
+
+def test_predictions_across_windows():
+    context = "Ann met Bob in Rome."
+    # pieces: Ann | met | Bob | in | Rome | . ; two windows over pieces 0-3 and 2-5
+    starts, ends = [0, 4, 8, 12, 15, 19], [3, 7, 11, 14, 19, 20]
+    question = Question("q", "Who?", context, 8, "Bob", ("Bob",), False)
+    windows = [
+        _window(0, 4, [True, True, True, False], starts[:4], ends[:4]),
+        _window(0, 4, [False, True, True, True], starts[2:], ends[2:]),
+    ]
+    log = np.log
+    results = [
+        postprocess.WindowResult(  # best: "Bob in" (2, 3): -0.5 + -0.4; "Ann" (0, 0) 4 pieces long
+            np.array([log(0.6), log(0.3)]),
+            np.array([2, 0]),
+            np.array([[log(0.67), log(0.2)], [log(0.5), log(0.1)]]),
+            np.array([[3, 1], [0, 9]]),
+            cls_logits=2.0,
+        ),
+        postprocess.WindowResult(  # start 0 is not max context here; (1, 2) "in Rome" valid
+            np.array([log(0.9), log(0.5)]),
+            np.array([0, 1]),
+            np.array([[log(0.9), log(0.1)], [log(0.4), log(0.3)]]),
+            np.array([[0, 1], [2, 0]]),
+            cls_logits=-1.0,
+        ),
+    ]
+    predictions, null_odds, nbest = postprocess.predict(
+        [question], windows, results, n_best_size=3, max_answer_length=3
+    )
+    texts = [e["text"] for e in nbest["q"]]
+    # window 1 (1, 2) "in Rome": 0.5 * 0.4 = 0.2; window 0 (2, 3) "Bob in": 0.6 * 0.67 = 0.40;
+    # (0, 0) "Ann": 0.3 * 0.5 = 0.15; (2, 1) end < start; (0, 9) outside; window 1 start 0
+    # ("Bob") is not max context there.
+    assert texts == ["Bob in", "in Rome", "Ann"]
+    assert predictions == {"q": "Bob in"}
+    assert null_odds == {"q": -1.0}  # the smaller cls_logits of the two windows
+    assert sum(e["probability"] for e in nbest["q"]) == pytest.approx(1.0)
+
+
+def test_no_valid_span_still_predicts_text_or_empty():
+    question = Question("q", "Who?", "Ann.", -1, "", (), True)
+    window = _window(0, 1, [True], [0], [3])
+    result = postprocess.WindowResult(
+        np.array([0.0]), np.array([5]), np.array([[0.0]]), np.array([[5]]), cls_logits=4.0
+    )
+    predictions, null_odds, nbest = postprocess.predict(
+        [question], [window], [result], n_best_size=2, max_answer_length=5
+    )
+    assert predictions == {"q": ""} and null_odds == {"q": 4.0}
+    assert nbest["q"][0]["text"] == ""

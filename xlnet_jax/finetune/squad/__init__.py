@@ -1,0 +1,8 @@
+"""SQuAD-format reading comprehension as the original XLNet's `run_squad.py` does it.
+
+reading: the json files (SQuAD 1.1 / 2.0, CMRC 2018, DRCD, KorQuAD), checked.
+offsets: characters of the original text <-> SentencePiece pieces, through our normalisation.
+windows: paragraph <sep> question <sep> <cls> windows with a document stride, and labels.
+postprocess: n-best spans across windows, null odds, the prediction files.
+metric: the official evaluate-v2.0 figures (CJK text scored by characters).
+"""

@@ -1,0 +1,115 @@
+"""Window outputs -> one answer per question, as the original's `write_predictions`.
+
+For each question, every window proposes start_n_top x end_n_top spans; a span survives if
+both ends lie in the paragraph, the start is in its max-context window, end >= start and it
+is at most `max_answer_length` pieces long. The survivors, best first by start + end log
+probability, give the n-best list with texts cut from the original paragraph by character
+offsets (one entry per distinct text). The best non-empty text is always the prediction; the
+null odds are the smallest `cls_logits` over the question's windows, and the threshold on
+them is what the metric searches. One difference from the original: it also drops spans that
+end on the window's last paragraph piece (`>= paragraph_len - 1`); here that piece counts.
+"""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+from etils import epath
+
+from xlnet_jax.finetune.squad.reading import Question
+from xlnet_jax.finetune.squad.windows import Window
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowResult:
+    """The QA head's evaluation outputs for one window (the original's RawResult).
+
+    Attributes:
+      start_top_log_probs, start_top_index: [start_n_top].
+      end_top_log_probs, end_top_index: [start_n_top, end_n_top], row i for start i.
+      cls_logits: the answer-class logit (higher: no answer).
+    """
+
+    start_top_log_probs: np.ndarray
+    start_top_index: np.ndarray
+    end_top_log_probs: np.ndarray
+    end_top_index: np.ndarray
+    cls_logits: float
+
+
+def _candidates(window: Window, result: WindowResult, max_answer_length: int):
+    """(score, start log prob, end log prob, start, end) of the window's valid spans."""
+    for i, start in enumerate(result.start_top_index.tolist()):
+        for j, end in enumerate(result.end_top_index[i].tolist()):
+            if start >= window.paragraph_len or end >= window.paragraph_len:
+                continue
+            if not window.max_context[start] or end < start or end - start + 1 > max_answer_length:
+                continue
+            start_lp = float(result.start_top_log_probs[i])
+            end_lp = float(result.end_top_log_probs[i, j])
+            yield start_lp + end_lp, start_lp, end_lp, start, end
+
+
+def _softmax(scores: list[float]) -> list[float]:
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    return [e / sum(exps) for e in exps]
+
+
+def predict(
+    questions: list[Question],
+    windows: list[Window],
+    results: list[WindowResult],
+    *,
+    n_best_size: int,
+    max_answer_length: int,
+) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
+    """(predictions {id: text}, null odds {id: score}, n-best {id: [entries]}), file order."""
+    by_question: dict[int, list[tuple[Window, WindowResult]]] = {}
+    for window, result in zip(windows, results, strict=True):
+        by_question.setdefault(window.question, []).append((window, result))
+    predictions, null_odds, nbest = {}, {}, {}
+    for q, question in enumerate(questions):
+        pairs = by_question.get(q, [])
+        spans = sorted(
+            (
+                (*candidate, window)
+                for window, result in pairs
+                for candidate in _candidates(window, result, max_answer_length)
+            ),
+            key=lambda c: c[0],
+            reverse=True,
+        )
+        entries, seen = [], set()
+        for _, start_lp, end_lp, start, end, window in spans:
+            if len(entries) >= n_best_size:
+                break
+            text = question.context[window.char_start[start] : window.char_end[end]].strip()
+            if text in seen:
+                continue
+            seen.add(text)
+            entries.append({"text": text, "start_log_prob": start_lp, "end_log_prob": end_lp})
+        if not entries:
+            entries.append({"text": "", "start_log_prob": -1e6, "end_log_prob": -1e6})
+        probabilities = _softmax([e["start_log_prob"] + e["end_log_prob"] for e in entries])
+        nbest[question.qid] = [
+            {**e, "probability": p} for e, p in zip(entries, probabilities, strict=True)
+        ]
+        predictions[question.qid] = next((e["text"] for e in entries if e["text"]), "")
+        null_odds[question.qid] = min((float(r.cls_logits) for _, r in pairs), default=0.0)
+    return predictions, null_odds, nbest
+
+
+def write_predictions(
+    directory: str,
+    split: str,
+    predictions: dict[str, str],
+    null_odds: dict[str, float],
+    nbest: dict[str, list[dict]],
+) -> None:
+    """<directory>/<split>.json, <split>_null_odds.json and <split>_nbest.json."""
+    out = epath.Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for suffix, value in (("", predictions), ("_null_odds", null_odds), ("_nbest", nbest)):
+        (out / f"{split}{suffix}.json").write_text(json.dumps(value, indent=2, ensure_ascii=False))
