@@ -19,7 +19,6 @@ from tests.test_model_parity import randomize_
 from xlnet_jax.checkpoint.hf import config_from_hf, head_params_from_hf, save_hf_head
 from xlnet_jax.data.tokenizer import CLS_ID, SEP_ID
 from xlnet_jax.finetune.squad.model import SquadModel, answer_mask
-from xlnet_jax.finetune.squad.windows import GOLD_START_SEGMENT
 from xlnet_jax.model.qa_head import qa_losses
 
 SMALL = dict(vocab_size=64, d_model=32, n_layer=2, n_head=4, d_inner=64)
@@ -67,8 +66,8 @@ def reference():
     return model, _windows(np.random.default_rng(0)), params, config
 
 
-def _ours(config, params, batch):
-    """SquadModel's {"train", "eval"} outputs, numpy."""
+def _ours(config, params, batch, start_positions=None):
+    """SquadModel's outputs ("train" only with start_positions), numpy."""
     net = SquadModel(config, START_N_TOP, END_N_TOP)
     mems = jnp.zeros((config.n_layer, len(batch["input_ids"]), 0, config.d_model))
     outputs, _, _ = net.apply(
@@ -79,6 +78,7 @@ def _ours(config, params, batch):
         mems,
         jnp.zeros((len(batch["input_ids"]), 0), bool),
         deterministic=True,
+        start_positions=start_positions,
     )
     return jax.tree.map(np.asarray, outputs)
 
@@ -124,17 +124,13 @@ def test_training_loss_equals_hf(reference):
         "end_positions": np.array([5, batch["cls_index"][1], 14]),
         "is_impossible": np.array([0.0, 1.0, 0.0], np.float32),
     }
-    labelled = dict(batch, token_type_ids=batch["token_type_ids"].copy())
-    rows = np.arange(len(labels["start_positions"]))
-    labelled["token_type_ids"][rows, batch["cls_index"]] = (
-        GOLD_START_SEGMENT + labels["start_positions"]
-    )
-    outputs = _ours(config, params, labelled)
+    outputs = _ours(config, params, batch, labels["start_positions"].astype(np.int32))
     ours = float(qa_losses(outputs["train"], **labels).mean())
-    # <cls>'s segment number carries the gold start and changes nothing the model reads
-    unlabelled = _ours(config, params, batch)["eval"]
+    # the gold starts reach the training outputs only: evaluation is the same without them
+    unlabelled = _ours(config, params, batch)
+    assert set(unlabelled) == {"eval"}
     for key, value in outputs["eval"].items():
-        np.testing.assert_array_equal(value, unlabelled[key], err_msg=key)
+        np.testing.assert_array_equal(value, unlabelled["eval"][key], err_msg=key)
     theirs = float(_hf(model, batch, **labels).loss)
     print(f"\nSquadModel vs XLNetForQuestionAnswering, training loss: {ours:.7f} / {theirs:.7f}")
     assert abs(ours - theirs) <= TOLERANCE * max(1.0, abs(theirs))

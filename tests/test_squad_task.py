@@ -15,7 +15,6 @@ from xlnet_jax.data import normalize, tokenizer
 from xlnet_jax.errors import DataError, MissingFileError
 from xlnet_jax.finetune.squad import task as squad_task
 from xlnet_jax.finetune.squad import windows
-from xlnet_jax.finetune.squad.windows import GOLD_START_SEGMENT
 from xlnet_jax.finetune.text import TextEncoder
 
 CONTEXT = "the model reads text and learns which words come next in every sentence."
@@ -96,7 +95,7 @@ def test_finetune_squad_two_steps(data_and_model, tmp_path, monkeypatch):
     with torch.no_grad():
         hf_out = hf_model(
             input_ids=torch.tensor(batch["input_ids"]),
-            token_type_ids=torch.tensor(batch["seg_ids"]),  # HF too compares them only
+            token_type_ids=torch.tensor(batch["seg_ids"]),
             input_mask=torch.tensor(batch["input_mask"]),
             p_mask=torch.tensor(batch["p_mask"]),
             cls_index=torch.tensor([w.cls_index for w in features.windows]),
@@ -117,7 +116,7 @@ def test_the_task_finds_its_files(tmp_path):
         squad_task.split_file(str(tmp_path), "train")
 
 
-def test_features_carry_the_gold_start_at_cls(data_and_model):
+def test_features_hold_the_original_layout_and_the_network_inputs(data_and_model):
     data, model = data_and_model
     task = squad_task.Squad()
     examples = task.read(str(data), "train")
@@ -128,7 +127,9 @@ def test_features_carry_the_gold_start_at_cls(data_and_model):
     assert arrays["input_ids"].shape == (len(features), 1, 24)
     cls = np.array([w.cls_index for w in features.windows])
     rows = np.arange(len(features))
-    np.testing.assert_array_equal(
-        arrays["seg_ids"][rows, 0, cls], GOLD_START_SEGMENT + arrays["start_positions"]
-    )
+    np.testing.assert_array_equal(arrays["seg_ids"][rows, 0, cls], windows.SEG_CLS)
+    for name in task.network_inputs:  # what the loop hands the network, one per window
+        assert arrays[name].shape[0] == len(features), name
+    starts = arrays["start_positions"]
+    assert np.all((starts == cls) | (arrays["seg_ids"][rows, 0, starts] == windows.SEG_PARAGRAPH))
     assert {w.question for w in features.windows} == set(range(len(examples)))

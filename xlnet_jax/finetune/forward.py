@@ -9,6 +9,7 @@ through, and run with constant weights, so the backward pass covers the last seg
 """
 
 import math
+from collections.abc import Mapping
 
 import flax.linen as nn
 import jax
@@ -24,6 +25,7 @@ def apply_segments(
     *,
     deterministic: bool,
     dropout_key: jax.Array | None = None,
+    network_inputs: Mapping[str, jax.Array] | None = None,
 ):
     """The module's outputs on the last segment, with leading axes [B, *rows].
 
@@ -32,6 +34,8 @@ def apply_segments(
       params: its parameters.
       inputs: INPUT_KEYS, each [B, S, *rows, L].
       deterministic: disables dropout; otherwise dropout_key seeds it (one key per segment).
+      network_inputs: the task's network_inputs, each [B, ...]: passed to every segment's
+        call as keyword arguments, repeated over the rows to [B * prod(rows), ...].
     """
     ids = inputs["input_ids"]
     batch, segments, *rows, length = ids.shape
@@ -40,6 +44,7 @@ def apply_segments(
     def by_segment(x: jax.Array) -> jax.Array:  # [B, S, *rows, L] -> [S, B * rows, L]
         return jnp.moveaxis(x, 1, 0).reshape(segments, num_rows, length)
 
+    extras = {k: jnp.repeat(v, math.prod(rows), axis=0) for k, v in (network_inputs or {}).items()}
     cfg = module.config
     mem_len = cfg.mem_len if segments > 1 else 0
     carry = (
@@ -52,7 +57,7 @@ def apply_segments(
         rngs = {} if deterministic else {"dropout": jax.random.fold_in(dropout_key, index)}
         outputs, mems, mem_mask = module.apply(
             {"params": weights}, ids, seg_ids, input_mask, *carry,
-            deterministic=deterministic, rngs=rngs,
+            deterministic=deterministic, rngs=rngs, **extras,
         )  # fmt: skip
         return (mems, mem_mask), outputs
 

@@ -36,9 +36,13 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
 
 
 def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None):
-    inputs = {k: batch[k] for k in INPUT_KEYS}
     outputs = apply_segments(
-        module, params, inputs, deterministic=deterministic, dropout_key=dropout_key
+        module,
+        params,
+        {k: batch[k] for k in INPUT_KEYS},
+        deterministic=deterministic,
+        dropout_key=dropout_key,
+        network_inputs={k: batch[k] for k in task.network_inputs},
     )
     weight = batch["weight"]
     per_feature = task.loss(outputs, batch)
@@ -130,13 +134,14 @@ def build(
     schedule = learning_rate_schedule(config)
     rows = example["input_ids"][:1, 0]  # [1, *rows, L]: one feature's first segment
     flat = rows.reshape(-1, rows.shape[-1])[:1]
+    extras = {k: jnp.asarray(example[k][:1]) for k in task.network_inputs}
 
     def boxed_state():
         params_key, state_key = jax.random.split(jax.random.PRNGKey(config.seed))
         empty = jnp.zeros((model.n_layer, 1, 0, model.d_model)), jnp.zeros((1, 0), bool)
         params = module.init(
             params_key, jnp.asarray(flat), jnp.zeros_like(flat), jnp.zeros(flat.shape, bool),
-            *empty, deterministic=True,
+            *empty, deterministic=True, **extras,
         )["params"]  # fmt: skip
         return TrainState(
             step=jnp.zeros((), jnp.int32),

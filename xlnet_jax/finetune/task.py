@@ -12,8 +12,11 @@ or several: SQuAD's windows). The three input arrays `input_ids`, `seg_ids` (int
 order through the recurrence memory (S = config.num_segments; 1 as the original), *rows
 any per-feature rows (RACE: the options), L = config.seq_len. For one segment the loop
 flattens [B, *rows, L] to [B * prod(rows), L], calls the module with memory, and gives the
-module's outputs of the LAST segment back reshaped to [B, *rows, ...]. Every other array of
-a feature (labels, ...) reaches `loss` as the batch's [B, ...] slice.
+module's outputs of the LAST segment back reshaped to [B, *rows, ...]. The arrays a task
+names in `network_inputs` ([N, ...], e.g. SQuAD's gold starts) reach the module as keyword
+arguments, the batch's [B, ...] slice repeated over the rows ([B * prod(rows), ...]), in
+every segment's call. Every array of a feature but the three inputs (labels, ...) reaches
+`loss` as the batch's [B, ...] slice.
 """
 
 import abc
@@ -54,12 +57,15 @@ class Task(abc.ABC):
     head: how export-hf writes the head (a key of checkpoint.hf.HEADS).
     eval_splits: the labelled splits evaluated, e.g. ("dev",), ("dev_matched", "dev_mismatched").
     test_splits: unlabelled splits predicted when their files exist (GLUE: ("test",)).
+    network_inputs: the feature arrays besides INPUT_KEYS that the network reads, passed to
+      `module` as keyword arguments of the same names (SQuAD: ("start_positions",)).
     """
 
     name: str
     head: str
     eval_splits: tuple[str, ...] = ("dev",)
     test_splits: tuple[str, ...] = ()
+    network_inputs: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def read(self, data_dir: str, split: str) -> list[Any]:
@@ -90,7 +96,8 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def module(self, model: ModelConfig, labels: list[str]) -> nn.Module:
         """The network: (input_ids, seg_ids, input_mask [R, L], mems, mem_mask,
-        deterministic=) -> (outputs pytree with leading R, new_mems, new_mem_mask)."""
+        deterministic=, **network_inputs [R, ...]) -> (outputs pytree with leading R,
+        new_mems, new_mem_mask)."""
 
     @abc.abstractmethod
     def loss(self, outputs: Any, batch: dict[str, jax.Array]) -> jax.Array:

@@ -1,11 +1,12 @@
-"""The SQuAD network: XLNetEncoder, then the QA head, from the task's three input arrays.
+"""The SQuAD network: XLNetEncoder, then the QA head.
 
-The network gets what every task's network gets (input_ids, seg_ids, input_mask) and reads
-the rest from the window layout (windows.py): a position may hold an answer iff it is a
-paragraph piece (segment 0, not <sep>, not padding) or <cls>; the gold start, on which the
-head conditions its training outputs, is <cls>'s segment id less GOLD_START_SEGMENT.
-Training returns {"train": the head's training outputs}; evaluation (deterministic) also
-{"eval": its top-k outputs}, so one pass gives the dev loss and the predictions.
+The network gets what every task's network gets (input_ids, seg_ids, input_mask) and the
+gold starts (the task's network_inputs), on which the head conditions its training outputs.
+It reads the rest from the window layout (windows.py): a position may hold an answer iff it
+is a paragraph piece (segment 0, not <sep>, not padding) or <cls>. With the gold starts it
+returns {"train": the head's training outputs}; evaluation (deterministic) also gives
+{"eval": its top-k outputs}, which never read the gold starts, so one pass gives the dev
+loss and the predictions.
 """
 
 import flax.linen as nn
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import CLS_ID, SEP_ID
-from xlnet_jax.finetune.squad.windows import GOLD_START_SEGMENT, SEG_PARAGRAPH
+from xlnet_jax.finetune.squad.windows import SEG_PARAGRAPH
 from xlnet_jax.model.encoder import XLNetEncoder
 from xlnet_jax.model.qa_head import QAHead
 
@@ -23,13 +24,6 @@ def answer_mask(input_ids: jax.Array, seg_ids: jax.Array, input_mask: jax.Array)
     """p_mask [B, L]: 1.0 where no answer may start or end (windows.py's rule)."""
     paragraph = (seg_ids == SEG_PARAGRAPH) & (input_ids != SEP_ID) & ~input_mask.astype(bool)
     return 1.0 - (paragraph | (input_ids == CLS_ID)).astype(jnp.float32)
-
-
-def gold_starts(seg_ids: jax.Array, cls_index: jax.Array) -> jax.Array:
-    """int [B]: the gold start each window's <cls> segment id carries (0 where it carries
-    none, e.g. HF-style inputs with <cls> in segment 2)."""
-    cls_segment = jnp.take_along_axis(seg_ids, cls_index[:, None], axis=1)[:, 0]
-    return jnp.maximum(cls_segment - GOLD_START_SEGMENT, 0)
 
 
 class SquadModel(nn.Module):
@@ -54,17 +48,22 @@ class SquadModel(nn.Module):
         mem_mask: jax.Array,
         *,
         deterministic: bool,
+        start_positions: jax.Array | None = None,
     ) -> tuple[dict[str, dict[str, jax.Array]], jax.Array, jax.Array]:
         """({"train": ..., "eval": ...} QAHead outputs, new_mems, new_mem_mask); arguments
-        as XLNetEncoder."""
+        as XLNetEncoder, and start_positions int [B], the gold starts: "train" is given
+        only with them, "eval" only when deterministic."""
         hidden, new_mems, new_mem_mask = XLNetEncoder(self.config, name="transformer")(
             input_ids, seg_ids, input_mask, mems, mem_mask, deterministic=deterministic
         )
         cls_index = jnp.argmax(input_ids == CLS_ID, axis=-1)
         p_mask = answer_mask(input_ids, seg_ids, input_mask)
         head = QAHead(self.config, self.start_n_top, self.end_n_top, name="qa_head")
-        starts = gold_starts(seg_ids, cls_index)
-        outputs = {"train": head(hidden, p_mask, cls_index, starts, deterministic=deterministic)}
+        outputs = {}
+        if start_positions is not None:
+            outputs["train"] = head(
+                hidden, p_mask, cls_index, start_positions, deterministic=deterministic
+            )
         if deterministic:
             outputs["eval"] = head(hidden, p_mask, cls_index, deterministic=True)
         return outputs, new_mems, new_mem_mask

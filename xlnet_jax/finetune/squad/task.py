@@ -73,6 +73,7 @@ class Squad(Task):
 
     name, head = "squad", "question_answering"
     eval_splits = ("dev",)
+    network_inputs = ("start_positions",)
 
     def __init__(self):
         self._files: dict[str, tuple[str, str]] = {}  # split -> (path, version told from it)

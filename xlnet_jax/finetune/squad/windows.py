@@ -23,12 +23,6 @@ from xlnet_jax.finetune.squad import offsets
 from xlnet_jax.finetune.squad.reading import Question
 
 SEG_PARAGRAPH, SEG_QUESTION, SEG_CLS, SEG_PAD = 0, 1, 2, 3
-# In the model's inputs, <cls> carries segment id GOLD_START_SEGMENT + the window's gold
-# start (`batch`): the fine-tuning loop hands a task's network only input_ids, seg_ids and
-# input_mask, and the head conditions its training end logits on the gold start. The
-# encoder (like HF and the original) only compares segment ids for equality, and <cls> is
-# alone in its segment whatever the number, so the model reads exactly what SEG_CLS gives.
-GOLD_START_SEGMENT = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,8 +187,7 @@ def _windows(
 def batch(windows: list[Window], seq_len: int) -> dict[str, np.ndarray]:
     """Windows as one batch of arrays [B, seq_len], padded on the right.
 
-    input_mask is 1 on padding (the original's convention, as HF's `input_mask`); seg_ids
-    at <cls> is GOLD_START_SEGMENT + start_position.
+    input_mask is 1 on padding (the original's convention, as HF's `input_mask`).
     """
     size = len(windows)
     out = {
@@ -207,7 +200,6 @@ def batch(windows: list[Window], seq_len: int) -> dict[str, np.ndarray]:
         n = len(window.input_ids)
         out["input_ids"][b, :n] = window.input_ids
         out["seg_ids"][b, :n] = window.seg_ids
-        out["seg_ids"][b, window.cls_index] = GOLD_START_SEGMENT + window.start_position
         out["input_mask"][b, :n] = 0
         out["p_mask"][b, :n] = window.p_mask
     out["cls_index"] = np.array([w.cls_index for w in windows], np.int32)
