@@ -4,7 +4,7 @@ xlnet-jax finetune --config configs/finetune/squad_base.py --task_name squad \
     --data_dir squad --init_from xlnet_cased_L-12_H-768_A-12 --workdir runs/squad
 
 Source: zihangdai/xlnet's scripts/gpu_squad_base.sh: sequence 512, batch 8, lr 2e-5, 12000
-steps, 1000 warmup, Adam epsilon 1e-6; run_squad.py's defaults for the rest (layer-wise lr
+steps, 1000 warmup, Adam epsilon 1e-6; run_squad's defaults for the rest (layer-wise lr
 decay 0.75, dropout 0.1, weight decay 0, the SQuAD fields as configs/finetune/squad_large.py).
 Unsure: the script's comment reads "3 GPUs, each with 8 seqlen-512 samples", so the batch
 it meant may be 24 in all rather than 8; the paper publishes only Large's setting (batch 48,
@@ -19,7 +19,7 @@ from xlnet_jax.finetune.squad.task import DEFAULTS
 
 def get_config():
     c = finetune_config()
-    c.update(DEFAULTS)  # run_squad.py's defaults for the SQuAD fields
+    c.update(DEFAULTS)  # run_squad's defaults for the SQuAD fields
     c.seq_len = 512
     c.batch_size = 8  # unsure: see above
     c.learning_rate = 2e-5

@@ -6,7 +6,7 @@ xlnet-jax finetune --config configs/finetune/squad_large.py --task_name squad \
 Sources: the XLNet paper's fine-tuning hyperparameters (appendix, the SQuAD column: dropout
 0.1, attention dropout 0.1, sequence 512, batch 48, lr 3e-5, 8K steps, linear decay, weight
 decay 0, Adam epsilon 1e-6, layer-wise lr decay 0.75) and zihangdai/xlnet's
-scripts/tpu_squad_large.sh (the same, with 1000 warmup steps); the rest are run_squad.py's
+scripts/tpu_squad_large.sh (the same, with 1000 warmup steps); the rest are run_squad's
 flag defaults (max_query_length 64, doc_stride 128, max_answer_length 64, n_best_size 5,
 start_n_top 5, end_n_top 5, clip 1.0, min_lr_ratio 0). Our choice, not the original's:
 bfloat16 and rematerialisation, as configs/finetune/race.py, to fit a v3-8. The model's
@@ -20,7 +20,7 @@ from xlnet_jax.finetune.squad.task import DEFAULTS
 
 def get_config():
     c = xlnet_large_shape(finetune_config())
-    c.update(DEFAULTS)  # run_squad.py's defaults for the SQuAD fields
+    c.update(DEFAULTS)  # run_squad's defaults for the SQuAD fields
     c.seq_len = 512
     c.batch_size = 48
     c.learning_rate = 3e-5

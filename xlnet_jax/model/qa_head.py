@@ -1,6 +1,6 @@
 """XLNet's SQuAD head: start logits, end logits conditioned on the start, and an answer class.
 
-As the original's `run_squad.py` (and HF's XLNetForQuestionAnswering, the same three poolers):
+As the original's `run_squad` (and HF's XLNetForQuestionAnswering, the same three poolers):
   * start: one logit per position, masked by p_mask (1 = cannot be part of an answer).
   * end: dense(concat(h, h_start)) -> tanh -> LayerNorm -> one logit per position. Training
     conditions on the gold start; evaluation on each of the `start_n_top` best starts, and

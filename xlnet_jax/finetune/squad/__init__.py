@@ -1,4 +1,4 @@
-"""SQuAD-format reading comprehension as the original XLNet's `run_squad.py` does it.
+"""SQuAD-format reading comprehension as the original XLNet's `run_squad` does it.
 
 reading: the json files (SQuAD 1.1 / 2.0, CMRC 2018, DRCD, KorQuAD), checked.
 offsets: characters of the original text <-> SentencePiece pieces, through our normalisation.

@@ -27,7 +27,7 @@ from xlnet_jax.finetune.task import Features, Task
 from xlnet_jax.finetune.text import TextEncoder
 from xlnet_jax.model.qa_head import qa_losses
 
-# The SQuAD fields of a fine-tuning config, with the original run_squad.py's defaults; a
+# The SQuAD fields of a fine-tuning config, with the original run_squad's defaults; a
 # preset (configs/squad_*.py) or --config.FIELD overrides them.
 DEFAULTS = {
     "squad_version": "",  # "" tells it from the data; else "1.1" or "2.0"

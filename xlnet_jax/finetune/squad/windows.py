@@ -1,4 +1,4 @@
-"""Questions -> model windows, as the original's `run_squad.py` builds them.
+"""Questions -> model windows, as the original's `run_squad` builds them.
 
 A window is `paragraph piece run <sep> question <sep> <cls>`: the paragraph first because in
 pretraining the second segment is the shorter one. A paragraph longer than the room left by
