@@ -118,7 +118,7 @@ def test_each_glue_task_reads_its_distribution_layout(tmp_path, name):
     test = task.read(data_dir, test_split)
     assert test[0].label is None and test[0].index == "0"
     record = {"index": "0", "prediction": 1.5 if name == "sts-b" else task.labels(data_dir)[0]}
-    file_name, text = task.submission(test_split, [record])
+    [(file_name, text)] = task.submission_files(test_split, [record])
     assert file_name.endswith(".tsv") and text.splitlines()[0] == "index\tprediction"
 
 

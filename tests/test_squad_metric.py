@@ -47,7 +47,8 @@ NULL_ODDS = {"q1": -2.0, "q2": 0.5, "q3": 3.0, "q4": -1.0}
 
 
 def test_threshold_and_its_search_as_the_official_script(tmp_path):
-    postprocess.write_predictions(str(tmp_path), "dev", PREDICTIONS, NULL_ODDS, {})
+    for name, text in postprocess.prediction_files("dev", PREDICTIONS, NULL_ODDS, {}):
+        (tmp_path / name).write_text(text)
     predictions = json.loads((tmp_path / "dev.json").read_text())
     null_odds = json.loads((tmp_path / "dev_null_odds.json").read_text())
     result = metric.evaluate(GOLDS, predictions, null_odds)

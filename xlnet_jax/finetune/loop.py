@@ -46,7 +46,7 @@ def predict(program: FinetuneProgram, params, split: Split, batch_size: int) -> 
 
 def evaluate(program: FinetuneProgram, params, inputs: Inputs, workdir: str | None = None):
     """{split: metrics and loss} of every labelled split (the eval splits, labelled tests);
-    with `workdir`, also writes each split's predictions and a test split's submission."""
+    with `workdir`, also writes each split's predictions and its task's submission files."""
     results = {}
     splits = [*inputs.evals, *inputs.tests] if workdir else inputs.evals
     for split in splits:
@@ -57,9 +57,8 @@ def evaluate(program: FinetuneProgram, params, inputs: Inputs, workdir: str | No
         if workdir is None:
             continue
         log.info("wrote %s", outputs.write_predictions(workdir, split.name, records))
-        submission = program.task.submission(split.name, records)
-        if submission is not None:
-            log.info("wrote %s", outputs.write_submission(workdir, *submission))
+        for name, text in program.task.submission_files(split.name, records):
+            log.info("wrote %s", outputs.write_submission(workdir, name, text))
     return results
 
 
@@ -81,7 +80,7 @@ def _initial_state(program: FinetuneProgram, inputs: Inputs, random_weights: boo
 
 def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> dict[str, dict]:
     """Fine-tunes to config.num_train_steps in `workdir` (resuming), then evaluates and writes
-    eval_results.json, predictions/ and test submissions; returns the final results."""
+    eval_results.json, predictions/ and the task's submission files; returns the final results."""
     config: ml_collections.ConfigDict = inputs.config
     mesh = sharding.make_mesh(config)
     if config.batch_size % sharding.num_data_shards(mesh):

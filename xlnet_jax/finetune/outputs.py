@@ -3,6 +3,8 @@
 eval_results.json       {split: {metric: value}} of the final evaluation, and the step
 predictions/SPLIT.jsonl one line per example in file order: index, prediction, logits
 TASK.tsv                a GLUE test split's submission (index<TAB>prediction)
+predictions/SPLIT*.json SQuAD's predictions, null odds and n-best of a split, as the
+                        original writes them (Task.submission_files)
 finetune.json           the task, its labels and head: what export-hf needs to write the
                         head for HF's matching class (checkpoint/hf.py HEADS)
 spiece.model            the tokenizer (its normalisation is in finetune.json)
@@ -32,7 +34,9 @@ def write_predictions(workdir: str, split: str, predictions: list[dict]) -> str:
 
 
 def write_submission(workdir: str, name: str, text: str) -> str:
+    """Writes one of a task's submission files (`name` relative to the workdir); its path."""
     path = paths.as_path(workdir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     paths.write_bytes_atomic(path, text.encode())
     return str(path)
 

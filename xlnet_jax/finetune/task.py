@@ -2,7 +2,7 @@
 
 A task reads its files (`read`), turns examples into fixed-shape rows (`featurize`), names
 the network that scores them (`module`), its loss, and how outputs become predictions,
-official metrics and a submission file. The loop (finetune/loop.py) knows nothing else about
+official metrics and submission files. The loop (finetune/loop.py) knows nothing else about
 a task; a new task (SQuAD, a new GLUE-like set) is one subclass plus one line in
 finetune/registry.py.
 
@@ -124,7 +124,9 @@ class Task(abc.ABC):
         what `compile` and the benchmarks build a batch from without data."""
         raise NotImplementedError(f"{self.name}: no batch_spec; compile needs one")
 
-    def submission(self, split: str, predictions: list[dict]) -> tuple[str, str] | None:
-        """(file name, text) of a leaderboard submission for a test split, or None."""
+    def submission_files(self, split: str, predictions: list[dict]) -> list[tuple[str, str]]:
+        """(file name in the workdir, text) of each file a split's predictions make for a
+        leaderboard or an official script (GLUE: <TASK>.tsv of a test split; SQuAD: the
+        prediction, null-odds and n-best json of dev); none by default."""
         del split, predictions
-        return None
+        return []

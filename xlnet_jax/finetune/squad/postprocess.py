@@ -15,7 +15,6 @@ import json
 import math
 
 import numpy as np
-from etils import epath
 
 from xlnet_jax.finetune.squad.reading import Question
 from xlnet_jax.finetune.squad.windows import Window
@@ -101,15 +100,17 @@ def predict(
     return predictions, null_odds, nbest
 
 
-def write_predictions(
-    directory: str,
+def prediction_files(
     split: str,
     predictions: dict[str, str],
     null_odds: dict[str, float],
     nbest: dict[str, list[dict]],
-) -> None:
-    """<directory>/<split>.json, <split>_null_odds.json and <split>_nbest.json."""
-    out = epath.Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    for suffix, value in (("", predictions), ("_null_odds", null_odds), ("_nbest", nbest)):
-        (out / f"{split}{suffix}.json").write_text(json.dumps(value, indent=2, ensure_ascii=False))
+) -> list[tuple[str, str]]:
+    """(name, json text) of <split>.json ({id: text}, what the official evaluate-v2.0 reads),
+    <split>_null_odds.json ({id: score}, its --na-prob-file) and <split>_nbest.json ({id:
+    the n-best entries}), as the original writes them."""
+    files = (("", predictions), ("_null_odds", null_odds), ("_nbest", nbest))
+    return [
+        (f"{split}{suffix}.json", json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+        for suffix, value in files
+    ]

@@ -8,7 +8,6 @@ feature per window, and `predict` folds them back into one answer per question.
 """
 
 import dataclasses
-import json
 from collections.abc import Sequence
 
 import jax
@@ -177,11 +176,16 @@ class Squad(Task):
             for i, q in enumerate(examples)
         ]
 
-    def submission(self, split: str, predictions: list[dict]) -> tuple[str, str]:
-        """predictions/<split>.json, {id: text}: what the official evaluate-v2.0.py and the
-        SQuAD leaderboard read (the null odds and n-best are in predictions/<split>.jsonl)."""
-        answers = {p["id"]: p["prediction"] for p in predictions}
-        return f"predictions/{split}.json", json.dumps(answers, indent=2, ensure_ascii=False)
+    def submission_files(self, split: str, predictions: list[dict]) -> list[tuple[str, str]]:
+        """predictions/<split>.json, <split>_null_odds.json and <split>_nbest.json of every
+        evaluated split (postprocess.prediction_files)."""
+        files = postprocess.prediction_files(
+            split,
+            {p["id"]: p["prediction"] for p in predictions},
+            {p["id"]: p["null_odds"] for p in predictions},
+            {p["id"]: p["nbest"] for p in predictions},
+        )
+        return [(f"predictions/{name}", text) for name, text in files]
 
     def metrics(
         self, examples: Sequence[reading.Question], predictions: list[dict]

@@ -98,16 +98,16 @@ class GlueTask(PairTask):
             where=row.where,
         )
 
-    def submission(self, split: str, predictions: list[dict]) -> tuple[str, str] | None:
+    def submission_files(self, split: str, predictions: list[dict]) -> list[tuple[str, str]]:
         if split not in self.submissions:
-            return None
+            return []
         lines = ["index\tprediction"]
         for p in predictions:
             value = p["prediction"]
             lines.append(
                 f"{p['index']}\t{value:.6f}" if self.regression else f"{p['index']}\t{value}"
             )
-        return self.submissions[split], "\n".join(lines) + "\n"
+        return [(self.submissions[split], "\n".join(lines) + "\n")]
 
 
 _STANDARD = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
