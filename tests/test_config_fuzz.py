@@ -132,6 +132,13 @@ FIELDS = {
     "num_segments": Entry(),
     "max_qa_length": Entry(),
     "lr_layer_decay_rate": Entry(invalid=(1.5,)),
+    "squad_version": Entry(valid=(("", "the default: told from the data files"),)),
+    "doc_stride": Entry(),
+    "max_query_length": Entry(),
+    "start_n_top": Entry(),
+    "end_n_top": Entry(),
+    "n_best_size": Entry(),
+    "max_answer_length": Entry(),
     "logical_axis_rules": Entry(
         valid=(((), "no rules: every array replicated, as flax allows"),),
         invalid=((("batch", "data"), "embed"), [("vocab", ("tensor", "nope"))]),

@@ -13,6 +13,7 @@ from tests import multilingual
 from xlnet_jax import cli
 from xlnet_jax.data import normalize, tokenizer
 from xlnet_jax.errors import DataError, MissingFileError
+from xlnet_jax.finetune.config import finetune_config
 from xlnet_jax.finetune.squad import task as squad_task
 from xlnet_jax.finetune.squad import windows
 from xlnet_jax.finetune.text import TextEncoder
@@ -35,6 +36,13 @@ def _squad(questions: list[tuple[str, str, str | None]]) -> dict:
     ]  # fmt: skip
     paragraphs = [{"context": CONTEXT, "qas": qas}]
     return {"version": "v2.0", "data": [{"title": "t", "paragraphs": paragraphs}]}
+
+
+def _config() -> ml_collections.ConfigDict:
+    """The fine-tuning config of the two-step run's windows."""
+    config = finetune_config()
+    config.update(seq_len=24, doc_stride=8, max_query_length=6)
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +96,8 @@ def test_finetune_squad_two_steps(data_and_model, tmp_path, monkeypatch):
     hf_model = transformers.XLNetForQuestionAnswering.from_pretrained(out).eval()
     task = squad_task.Squad()
     dev = task.read(str(data), "dev")
-    settings = {**squad_task.DEFAULTS, "seq_len": 24, "doc_stride": 8, "max_query_length": 6}
     encoder = TextEncoder(str(model / "spiece.model"))
-    features = task.featurize(dev, encoder, ml_collections.ConfigDict(settings), ["answer"])
+    features = task.featurize(dev, encoder, _config(), ["answer"])
     batch = windows.batch(features.windows, 24)
     with torch.no_grad():
         hf_out = hf_model(
@@ -120,9 +127,8 @@ def test_features_hold_the_original_layout_and_the_network_inputs(data_and_model
     data, model = data_and_model
     task = squad_task.Squad()
     examples = task.read(str(data), "train")
-    settings = {**squad_task.DEFAULTS, "seq_len": 24, "doc_stride": 8, "max_query_length": 6}
     encoder = TextEncoder(str(model / "spiece.model"))
-    features = task.featurize(examples, encoder, ml_collections.ConfigDict(settings), ["answer"])
+    features = task.featurize(examples, encoder, _config(), ["answer"])
     arrays = features.arrays
     assert arrays["input_ids"].shape == (len(features), 1, 24)
     cls = np.array([w.cls_index for w in features.windows])

@@ -14,12 +14,10 @@ XLNet-Base's (xlnet_cased_L-12_H-768_A-12), for `compile`; fine-tuning takes the
 """
 
 from xlnet_jax.finetune.config import finetune_config
-from xlnet_jax.finetune.squad.task import DEFAULTS
 
 
 def get_config():
     c = finetune_config()
-    c.update(DEFAULTS)  # run_squad's defaults for the SQuAD fields
     c.seq_len = 512
     c.batch_size = 8  # unsure: see above
     c.learning_rate = 2e-5

@@ -10,12 +10,10 @@ Our choice for the CPU, not a published setting (configs/finetune/squad_base.py 
 """
 
 from xlnet_jax.finetune.config import finetune_config
-from xlnet_jax.finetune.squad.task import DEFAULTS
 
 
 def get_config():
     c = finetune_config()
-    c.update(DEFAULTS)
     c.seq_len = 128
     c.doc_stride = 64
     c.max_query_length = 24

@@ -15,12 +15,10 @@ fields are XLNet-Large's, for `xlnet-jax compile --config configs/finetune/squad
 """
 
 from xlnet_jax.finetune.config import finetune_config, xlnet_large_shape
-from xlnet_jax.finetune.squad.task import DEFAULTS
 
 
 def get_config():
     c = xlnet_large_shape(finetune_config())
-    c.update(DEFAULTS)  # run_squad's defaults for the SQuAD fields
     c.seq_len = 512
     c.batch_size = 48
     c.learning_rate = 3e-5

@@ -1,6 +1,7 @@
 """The fine-tuning config: pretraining's fields where the meaning is the same, at
 fine-tuning values, and the part "finetune" of config/fields.py (num_segments,
-max_qa_length, lr_layer_decay_rate).
+max_qa_length, lr_layer_decay_rate, and SQuAD's fields at the original run_squad's
+defaults).
 
 The architecture (vocab_size, d_model, ...) is not set here: it comes from --init_from.
 The values are the original's run_classifier defaults where it has them; the presets in

@@ -15,7 +15,7 @@ import ml_collections
 import numpy as np
 
 from xlnet_jax import paths
-from xlnet_jax.config import ModelConfig
+from xlnet_jax.config import ModelConfig, default_config
 from xlnet_jax.data import tokenizer
 from xlnet_jax.errors import DataError, MissingFileError
 from xlnet_jax.finetune.features import input_spec
@@ -26,17 +26,6 @@ from xlnet_jax.finetune.task import Features, Task
 from xlnet_jax.finetune.text import TextEncoder
 from xlnet_jax.model.qa_head import qa_losses
 
-# The SQuAD fields of a fine-tuning config, with the original run_squad's defaults; a
-# preset (configs/squad_*.py) or --config.FIELD overrides them.
-DEFAULTS = {
-    "squad_version": "",  # "" tells it from the data; else "1.1" or "2.0"
-    "doc_stride": 128,
-    "max_query_length": 64,
-    "start_n_top": 5,
-    "end_n_top": 5,
-    "n_best_size": 5,
-    "max_answer_length": 64,
-}
 _OFFICIAL = {
     "train": ("train-v2.0.json", "train-v1.1.json"),
     "dev": ("dev-v2.0.json", "dev-v1.1.json"),
@@ -76,7 +65,8 @@ class Squad(Task):
 
     def __init__(self):
         self._files: dict[str, tuple[str, str]] = {}  # split -> (path, version told from it)
-        self._settings = dict(DEFAULTS)
+        # The SQuAD fields module() and predict() read: featurize's config, else the defaults.
+        self._config = default_config()
 
     def read(self, data_dir: str, split: str) -> list[reading.Question]:
         path = split_file(data_dir, split)
@@ -99,13 +89,13 @@ class Squad(Task):
         labels: list[str],
     ) -> SquadFeatures:
         del labels
-        self._settings = {name: config.get(name, value) for name, value in DEFAULTS.items()}
+        self._config = config
         for path, version in self._files.values():
-            reading.check_version(path, version, self._settings["squad_version"])
+            reading.check_version(path, version, self._config.squad_version)
         window_config = windows.WindowConfig(
             seq_len=config.seq_len,
-            doc_stride=self._settings["doc_stride"],
-            max_query_length=self._settings["max_query_length"],
+            doc_stride=self._config.doc_stride,
+            max_query_length=self._config.max_query_length,
             uncased=encoder.uncased,
             keep_accents=encoder.keep_accents,
         )
@@ -129,7 +119,7 @@ class Squad(Task):
 
     def module(self, model: ModelConfig, labels: list[str]) -> SquadModel:
         del labels
-        return SquadModel(model, self._settings["start_n_top"], self._settings["end_n_top"])
+        return SquadModel(model, self._config.start_n_top, self._config.end_n_top)
 
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
         return qa_losses(
@@ -162,8 +152,8 @@ class Squad(Task):
             list(examples),
             features.windows,
             results,
-            n_best_size=self._settings["n_best_size"],
-            max_answer_length=self._settings["max_answer_length"],
+            n_best_size=self._config.n_best_size,
+            max_answer_length=self._config.max_answer_length,
         )
         return [
             {
