@@ -18,6 +18,7 @@ import transformers
 from tests.test_model_parity import randomize_
 from xlnet_jax.checkpoint.hf import config_from_hf, head_params_from_hf, save_hf_head
 from xlnet_jax.data.tokenizer import CLS_ID, SEP_ID
+from xlnet_jax.errors import HFFormatError
 from xlnet_jax.finetune.squad.model import SquadModel, answer_mask
 from xlnet_jax.model.qa_head import qa_losses
 
@@ -138,11 +139,12 @@ def test_training_loss_equals_hf(reference):
 
 def test_export_loads_into_hf_with_the_same_outputs(reference, tmp_path):
     model, batch, params, config = reference
-    save_hf_head(tmp_path, config, params, "question_answering", ["answer"])
-    # the export leaves start_n_top/end_n_top at HF's default 5/5 (the presets' values)
-    loaded = transformers.XLNetForQuestionAnswering.from_pretrained(
-        tmp_path, start_n_top=START_N_TOP, end_n_top=END_N_TOP
-    ).eval()
+    with pytest.raises(HFFormatError, match="start_n_top"):  # never HF's defaults silently
+        save_hf_head(tmp_path, config, params, "question_answering", ["answer"])
+    run_config = {"start_n_top": START_N_TOP, "end_n_top": END_N_TOP}  # not HF's 5 and 5
+    save_hf_head(tmp_path, config, params, "question_answering", ["answer"], run_config)
+    loaded = transformers.XLNetForQuestionAnswering.from_pretrained(tmp_path).eval()
+    assert (loaded.config.start_n_top, loaded.config.end_n_top) == (START_N_TOP, END_N_TOP)
     state = safetensors.numpy.load_file(tmp_path / "model.safetensors")
     for key, value in model.state_dict().items():
         if key != "transformer.mask_emb":  # unused by the QA forward; written as zeros

@@ -76,6 +76,7 @@ def test_finetune_squad_two_steps(data_and_model, tmp_path, monkeypatch):
         "--config=configs/finetune/squad_cpu.py", "--config.num_train_steps=2",
         "--config.seq_len=24", "--config.doc_stride=8", "--config.max_query_length=6",
         "--config.batch_size=8", "--config.warmup_steps=0",
+        "--config.start_n_top=3", "--config.end_n_top=2",
     ]  # fmt: skip
     monkeypatch.setattr("sys.argv", ["xlnet-jax", *argv])  # config_flags reads overrides there
     assert cli.main(argv) == 0
@@ -94,6 +95,7 @@ def test_finetune_squad_two_steps(data_and_model, tmp_path, monkeypatch):
     out = tmp_path / "hf"
     assert cli.main(["export-hf", str(workdir), f"--out={out}"]) == 0
     hf_model = transformers.XLNetForQuestionAnswering.from_pretrained(out).eval()
+    assert (hf_model.config.start_n_top, hf_model.config.end_n_top) == (3, 2)  # the run's
     task = squad_task.Squad()
     dev = task.read(str(data), "dev")
     encoder = TextEncoder(str(model / "spiece.model"))
@@ -107,6 +109,7 @@ def test_finetune_squad_two_steps(data_and_model, tmp_path, monkeypatch):
             p_mask=torch.tensor(batch["p_mask"]),
             cls_index=torch.tensor([w.cls_index for w in features.windows]),
         )
+    assert hf_out.end_top_index.shape == (len(features), 3 * 2)
     for q, record in enumerate(records):
         rows = [n for n, w in enumerate(features.windows) if w.question == q]
         hf_null = float(hf_out.cls_logits[rows].min())

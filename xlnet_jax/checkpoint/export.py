@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+import ml_collections
+
 from xlnet_jax import paths
 from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.checkpoint.reader import load_trained_params
@@ -36,7 +38,7 @@ def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) ->
     model_config = ModelConfig.from_config(config)
     finetuned = paths.as_path(source) / hf.FINETUNE_FILE
     if finetuned.is_file():
-        return _export_finetuned(source, out, model_config, params, step, dropout)
+        return _export_finetuned(source, out, config, model_config, params, step, dropout)
     hf.save_hf(out, model_config, params, dropout)
     note = "no tokenizer copied: the run's corpus_dir is not here"
     if (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
@@ -57,13 +59,20 @@ def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) ->
 
 
 def _export_finetuned(
-    source: str, out: str, model_config: ModelConfig, params: dict, step: int, dropout: float
+    source: str,
+    out: str,
+    config: ml_collections.ConfigDict,
+    model_config: ModelConfig,
+    params: dict,
+    step: int,
+    dropout: float,
 ) -> str:
-    """A fine-tuning workdir's newest checkpoint, with its head, for HF's matching class
-    (hf.HEADS), and the tokenizer the run copied into it."""
+    """A fine-tuning workdir's newest checkpoint, with its head and the head's fields of the
+    run's `config`, for HF's matching class (hf.HEADS), and the tokenizer the run copied
+    into it."""
     info = json.loads((paths.as_path(source) / hf.FINETUNE_FILE).read_text())
     model_config = dataclasses.replace(model_config, dropout=dropout, dropatt=dropout)
-    hf.save_hf_head(out, model_config, params, info["head"], info["labels"])
+    hf.save_hf_head(out, model_config, params, info["head"], info["labels"], config)
     note = "no tokenizer copied: the workdir holds none"
     tokenizer = paths.as_path(source) / info.get("tokenizer", hf.TOKENIZER_FILE)
     if tokenizer.is_file():

@@ -21,6 +21,7 @@ import os
 import pickle
 import tempfile
 from collections.abc import Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -394,12 +395,13 @@ _LM_ONLY = ("mask_emb", "lm_bias")
 
 @dataclasses.dataclass(frozen=True)
 class HeadMapping:
-    """How one of our task heads is written for HF: the class that loads it, the config keys
-    that class reads, and each HF key -> (our path under the head's params, torch Linear
-    weight, i.e. transposed?)."""
+    """How one of our task heads is written for HF: the class that loads it, each HF key ->
+    (our path under the head's params, torch Linear weight, i.e. transposed?), and the run's
+    config fields that class reads from config.json under the same names."""
 
     hf_class: str
     keys: Mapping[str, tuple[tuple[str, ...], bool]]
+    config_fields: tuple[str, ...] = ()
 
 
 _SEQUENCE_SUMMARY_KEYS = {
@@ -413,7 +415,9 @@ HEADS = {
     "classification": HeadMapping("XLNetForSequenceClassification", _SEQUENCE_SUMMARY_KEYS),
     "regression": HeadMapping("XLNetForSequenceClassification", _SEQUENCE_SUMMARY_KEYS),
     "multiple_choice": HeadMapping("XLNetForMultipleChoice", _SEQUENCE_SUMMARY_KEYS),
-    "question_answering": HeadMapping("XLNetForQuestionAnswering", QA_HEAD_KEYS),
+    "question_answering": HeadMapping(
+        "XLNetForQuestionAnswering", QA_HEAD_KEYS, ("start_n_top", "end_n_top")
+    ),
 }
 
 
@@ -459,14 +463,27 @@ def head_params_from_hf(state: Mapping[str, np.ndarray], config: ModelConfig, he
 
 
 def save_hf_head(
-    path: str | os.PathLike, config: ModelConfig, params: Params, head: str, labels: list[str]
+    path: str | os.PathLike,
+    config: ModelConfig,
+    params: Params,
+    head: str,
+    labels: list[str],
+    run_config: Mapping[str, Any] | None = None,
 ) -> None:
     """Writes config.json + model.safetensors that HEADS[head].hf_class loads, with `labels`
-    (the task's label names; one name for regression and multiple choice) as id2label."""
+    (the task's label names; one name for regression and multiple choice) as id2label, and
+    the head's config_fields from `run_config` (the fine-tuning run's config: SQuAD's
+    start_n_top and end_n_top), so that the HF class evaluates as the run did."""
     path = paths.as_path(path)
+    mapping = _head_mapping(head)
+    run_config = run_config or {}
+    missing = [name for name in mapping.config_fields if name not in run_config]
+    if missing:
+        raise HFFormatError(f"the {head} head's export needs the run's config fields {missing}")
     state = head_params_to_hf(config, params, head)
     hf_config = config_to_hf(config)
-    hf_config["architectures"] = [_head_mapping(head).hf_class]
+    hf_config["architectures"] = [mapping.hf_class]
+    hf_config.update({name: run_config[name] for name in mapping.config_fields})
     hf_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
     hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
     hf_config["summary_type"] = "last"
