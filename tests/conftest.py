@@ -28,6 +28,7 @@ LONGEST_FIRST = (
     "test_multihost.py",
     "test_multihost_faults.py",
     "test_kernel_cost.py",
+    "test_finetune_run.py",
 )
 
 

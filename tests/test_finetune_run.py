@@ -1,10 +1,15 @@
-"""`xlnet-jax finetune` end to end on a tiny model: outputs, exact resume, export to HF's
-class with the same logits, one-line errors, and the long-text path through the memory."""
+"""`xlnet-jax finetune` end to end on a tiny model: outputs, a bit-exact rerun after SIGKILL
+or SIGTERM (a real process), export to HF's class with the same logits, one-line errors,
+and the long-text path through the memory."""
 
 import json
 import os
+import pathlib
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from unittest import mock
 
 import jax
@@ -17,6 +22,7 @@ from xlnet_jax.checkpoint import hf
 from xlnet_jax.checkpoint.reader import read_checkpoint
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import train_tokenizer
+from xlnet_jax.errors import STOPPED_EXIT_CODE
 from xlnet_jax.finetune.forward import apply_segments
 from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.finetune.text import TextEncoder
@@ -117,25 +123,85 @@ def test_a_run_leaves_results_predictions_and_metrics(straight, data):
     assert info["labels"] == ["land", "machine"] and (straight / "spiece.model").is_file()
 
 
-def test_resume_after_a_kill_is_bit_exact(straight, source, data, tmp_path):
-    """The workdir as a kill after step 2's save leaves it (step 4 never written): the
-    rerun's step 4 equals the uninterrupted run's, bit for bit."""
-    killed = tmp_path / "killed"
-    shutil.copytree(straight, killed)
-    shutil.rmtree(killed / "checkpoints" / "4")
-    for name in ("eval_results.json", "predictions"):
-        shutil.rmtree(killed / name) if (killed / name).is_dir() else (killed / name).unlink()
-    assert finetune(killed, source, data) == 0
-    ours, reference = read_checkpoint(str(killed), 4), read_checkpoint(str(straight), 4)
-    for a, b in zip(
-        jax.tree.leaves(ours["state"]), jax.tree.leaves(reference["state"]), strict=True
-    ):
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def start(workdir, source, data, step_delay: float) -> subprocess.Popen:
+    """`xlnet-jax finetune` as a real process, each step's batch `step_delay` s late
+    (scripts/slow_steps.py), its output in WORKDIR.log; the 8 devices, matmul precision
+    and compilation cache of this module's runs, so it computes (and compiles) what they do."""
+    args = ["--task_name=classification", f"--data_dir={data}", f"--init_from={source}"]
+    command = [sys.executable, str(REPO / "scripts" / "slow_steps.py"), str(step_delay)]
+    command += ["finetune", *args, f"--workdir={workdir}", *FLAGS]
+    precision = jax.config.jax_default_matmul_precision  # conftest's, for the cache's key
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_DEFAULT_MATMUL_PRECISION": precision}
+    with open(f"{workdir}.log", "ab") as log:
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+
+
+def log_tail(workdir) -> str:
+    return "\n".join(pathlib.Path(f"{workdir}.log").read_text().splitlines()[-30:])
+
+
+def wait_for(condition, process: subprocess.Popen, workdir, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert process.poll() is None, "the run ended early:\n" + log_tail(workdir)
+        assert time.time() < deadline, "timed out:\n" + log_tail(workdir)
+        time.sleep(0.005)
+
+
+def checkpoint_done(workdir, step: int) -> bool:
+    """Whether step's checkpoint is finalised (orbax renames its temporary dir when done)."""
+    return (workdir / "checkpoints" / str(step) / "_CHECKPOINT_METADATA").exists()
+
+
+def logged(workdir, step: int) -> bool:
+    metrics = workdir / "metrics.jsonl"
+    return metrics.exists() and f'"step": {step},' in metrics.read_text()
+
+
+def assert_same_run(ours, reference) -> None:
+    """Step 4's checkpoint (params, optimizer state, step) bit for bit, the same eval
+    results and predictions byte for byte, and each step logged once."""
+    mine, theirs = read_checkpoint(str(ours), 4), read_checkpoint(str(reference), 4)
+    for a, b in zip(jax.tree.leaves(mine["state"]), jax.tree.leaves(theirs["state"]), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert (killed / "eval_results.json").read_text() == (
-        straight / "eval_results.json"
-    ).read_text()
-    steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").open()]
-    assert [s for s in steps if s] == [1, 2, 3, 4, 4]  # each step logged once
+    for name in ("eval_results.json", "predictions/dev.jsonl", "predictions/test.jsonl"):
+        assert (ours / name).read_bytes() == (reference / name).read_bytes(), name
+    steps = [json.loads(line)["step"] for line in (ours / "metrics.jsonl").open()]
+    assert [s for s in steps if s] == [1, 2, 3, 4, 4]
+
+
+def test_sigkill_then_rerun_is_bit_exact(straight, source, data, tmp_path):
+    """SIGKILL once step 2's checkpoint is on disk, before step 4's: rerunning the same
+    command resumes at step 2 and ends as the uninterrupted run did."""
+    workdir = tmp_path / "killed"
+    process = start(workdir, source, data, step_delay=0.5)
+    wait_for(lambda: checkpoint_done(workdir, 2), process, workdir)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert not checkpoint_done(workdir, 4) and not (workdir / "eval_results.json").exists()
+    assert start(workdir, source, data, step_delay=0).wait(timeout=300) == 0, log_tail(workdir)
+    assert "Resumed from step 2" in log_tail(workdir)
+    assert_same_run(workdir, straight)
+
+
+def test_sigterm_saves_stops_with_exit_6_and_the_rerun_is_bit_exact(
+    straight, source, data, tmp_path
+):
+    """SIGTERM after step 2 is logged: the run saves step 3, exits 6 (stopped short, never
+    taken for finished) without evaluating; the rerun resumes at step 3."""
+    workdir = tmp_path / "stopped"
+    process = start(workdir, source, data, step_delay=1.0)  # the signal lands in step 3
+    wait_for(lambda: logged(workdir, 2), process, workdir)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == STOPPED_EXIT_CODE, log_tail(workdir)
+    assert "SIGTERM: saved step 3 and stopped; rerun the same command" in log_tail(workdir)
+    assert checkpoint_done(workdir, 3) and not (workdir / "eval_results.json").exists()
+    assert start(workdir, source, data, step_delay=0).wait(timeout=300) == 0, log_tail(workdir)
+    assert "Resumed from step 3" in log_tail(workdir)
+    assert_same_run(workdir, straight)
 
 
 def test_export_hf_gives_the_hf_class_the_same_logits(straight, data, tmp_path):

@@ -9,6 +9,7 @@ budget (rerun when it answers: training resumes; `launch run` does so itself); 1
 (train saves first; see train.py).
 """
 
+import contextlib
 import dataclasses
 import difflib
 import glob
@@ -247,13 +248,24 @@ def _train_main(fv: flags.FlagValues, args: list[str]) -> int:
             "nothing was compiled or written."
         )
         return 0
-    try:
+    with _exit_codes_of_a_stop():
         train.train_and_evaluate(config, workdir, profile_steps=fv.profile_steps, **options)
-    except train.SavedAndInterrupted:  # the loop printed how to continue
-        _exit_now(INTERRUPTED_EXIT_CODE)
-    except train.StoppedBeforeEnd:  # saved and said so; not finished: `launch run` resumes
-        _exit_now(STOPPED_EXIT_CODE)
     return 0
+
+
+@contextlib.contextmanager
+def _exit_codes_of_a_stop():
+    """A training or fine-tuning loop stopped by a signal after it saved (and printed how
+    to continue) exits 130 after Ctrl-C, STOPPED_EXIT_CODE after SIGTERM: never 0, the
+    code of a finished run."""
+    from xlnet_jax.training.preemption import SavedAndInterrupted, StoppedBeforeEnd
+
+    try:
+        yield
+    except SavedAndInterrupted:
+        _exit_now(INTERRUPTED_EXIT_CODE)
+    except StoppedBeforeEnd:
+        _exit_now(STOPPED_EXIT_CODE)
 
 
 def _define_eval(fv: flags.FlagValues) -> None:
@@ -484,11 +496,13 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.finetune import loop, prepare, seeds
 
     inputs = prepare.read_inputs(config, task_name, data_dir, init_from)
-    if fv.seeds == 1:
-        results = loop.finetune(inputs, workdir, random_weights=fv.random_weights)
-        print(json.dumps(results, indent=2))
-        return 0
-    record = seeds.finetune_seeds(inputs, workdir, fv.seeds, random_weights=fv.random_weights)
+    with _exit_codes_of_a_stop():
+        if fv.seeds == 1:
+            record = loop.finetune(inputs, workdir, random_weights=fv.random_weights)
+        else:
+            record = seeds.finetune_seeds(
+                inputs, workdir, fv.seeds, random_weights=fv.random_weights
+            )
     print(json.dumps(record, indent=2))
     return 0
 

@@ -3,7 +3,8 @@
 A run in a workdir that holds checkpoints resumes from the newest intact one and ends
 exactly as an uninterrupted run would: the batch and the dropout of step t are functions
 of (seed, step) only (batches.py, program.py). The workdir is locked (or leased on gs://)
-as in pretraining, and no write outlives the lease.
+as in pretraining, and no write outlives the lease. SIGTERM and Ctrl-C save at the next
+step boundary and stop, as in pretraining (training/preemption.py).
 """
 
 import contextlib
@@ -27,6 +28,7 @@ from xlnet_jax.run.fence import Fence
 from xlnet_jax.run.workdir import prepare_workdir
 from xlnet_jax.training import run_config, sharding
 from xlnet_jax.training.metrics import MetricsWriter
+from xlnet_jax.training.preemption import Preemption
 from xlnet_jax.training.progress import ProgressLine
 
 log = logging.getLogger(__name__)
@@ -121,12 +123,15 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         progress = ProgressLine(config.num_train_steps)
         tokens = config.batch_size * math.prod(example["input_ids"].shape[1:])
         interval_start, pending = time.time(), []
+        preemption = Preemption()
+        cleanup.callback(preemption.restore)
         for step in range(start, config.num_train_steps):
             batch = batches.train_batch(inputs.train.features, config.batch_size, config.seed, step)
             state, metrics = program.train_step(state, program.put_batch(batch))
             pending.append(metrics)
             done = step + 1
-            save = done % config.checkpoint_every == 0 or done == config.num_train_steps
+            stop = preemption.requested(done - start)
+            save = stop or done % config.checkpoint_every == 0 or done == config.num_train_steps
             if save or done % config.log_every == 0:
                 records = jax.device_get(pending)
                 step_time = (time.time() - interval_start) / len(records)
@@ -155,6 +160,9 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                 writer.sync()
                 fence.check()
                 checkpointer.save(state, make_meta(config, fingerprint, done))
+            if stop:
+                checkpointer.wait()
+                preemption.stop(done, config.num_train_steps, progress.note)
         checkpointer.wait()
         fence.check()
         results = evaluate(program, state.params, inputs, workdir)

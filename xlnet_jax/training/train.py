@@ -2,24 +2,18 @@
 
 A run in a workdir that already holds checkpoints resumes from the newest intact one, with
 its recurrence memory, bit-for-bit: the batch at step t and the step's randomness are pure
-functions of (seed, step). SIGTERM and Ctrl-C save at the next step boundary and stop;
-after Ctrl-C the loop raises SavedAndInterrupted, which the CLI exits 130 on; after SIGTERM
-before the last step, StoppedBeforeEnd, which it exits STOPPED_EXIT_CODE (6) on: a run that
-stopped short is never taken for a finished one.
+functions of (seed, step). SIGTERM and Ctrl-C save at the next step boundary and stop
+(preemption.py: the CLI exits 6 or 130, never 0, on a run that stopped short).
 """
 
 import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-import os
-import signal
-import sys
 import time
 
 import jax
 import ml_collections
-from jax.experimental import multihost_utils
 
 from xlnet_jax import paths
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
@@ -27,7 +21,7 @@ from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.config import AUTO_RANGES
 from xlnet_jax.data.manifest import Manifest
-from xlnet_jax.errors import STOPPED_EXIT_CODE, NonFiniteError
+from xlnet_jax.errors import NonFiniteError
 from xlnet_jax.hardware import chips
 from xlnet_jax.model import flops
 from xlnet_jax.run.fence import Fence
@@ -42,6 +36,7 @@ from xlnet_jax.run.workdir import (
 from xlnet_jax.training import run_config, sharding, steps
 from xlnet_jax.training.evaluate import make_evaluator
 from xlnet_jax.training.metrics import MetricsWriter
+from xlnet_jax.training.preemption import Preemption
 from xlnet_jax.training.profiling import StepProfiler
 from xlnet_jax.training.program import build_program
 from xlnet_jax.training.progress import ProgressLine
@@ -58,65 +53,6 @@ MAX_SKIPS_IN_A_ROW = 100
 # run also stops, rather than save, if a checkpoint falls due before any step was finite:
 # that checkpoint would hold the untrained model.
 FIRST_STEPS = 10
-
-
-class _Preemption:
-    """Whether to save and stop at this step boundary, after a SIGTERM or a Ctrl-C.
-
-    One process: Python handlers for SIGTERM and SIGINT set a flag; a second SIGINT exits
-    at once (status 130) with one line, for a user who does not want to wait for the save.
-    Several processes: JAX's preemption service (started by jax.distributed) catches
-    SIGTERM on any host and agrees on one step at which every host saves, so no collective
-    save is left half-entered; SIGINT keeps its default there.
-    """
-
-    def __init__(self):
-        self.signal_name = None
-        self._multi_host = jax.process_count() > 1
-        self._previous = {}
-        if not self._multi_host:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous[signum] = signal.signal(signum, self._handle)
-
-    def _handle(self, signum, frame):
-        del frame
-        if signum == signal.SIGINT and self.signal_name == "Ctrl-C":
-            sys.stderr.write("\nSecond Ctrl-C: aborted without saving this step.\n")
-            sys.stderr.flush()
-            os._exit(130)  # the shell's status for Ctrl-C: 128 + SIGINT
-        if signum == signal.SIGINT:
-            self.signal_name = "Ctrl-C"
-            sys.stderr.write(
-                "\nCtrl-C: saving at the end of this step, then stopping (Ctrl-C again "
-                "aborts without saving).\n"
-            )
-            sys.stderr.flush()
-        else:
-            self.signal_name = self.signal_name or "SIGTERM"
-
-    def requested(self, step: int) -> bool:
-        if self._multi_host:
-            if multihost_utils.reached_preemption_sync_point(step):
-                self.signal_name = "SIGTERM"
-                return True
-            return False
-        return self.signal_name is not None
-
-    def restore(self) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-
-
-class SavedAndInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped training after it saved; the line saying how to continue is printed.
-
-    A KeyboardInterrupt, so a Python caller still sees the interrupt it asked for.
-    """
-
-
-class StoppedBeforeEnd(Exception):
-    """A signal stopped training after it saved, before num_train_steps: the CLI exits
-    STOPPED_EXIT_CODE, on which `launch run` trains again from that save."""
 
 
 class _NonFiniteMonitor:
@@ -391,7 +327,7 @@ def _train(
         )
         progress.note(peak_note)
         tokens_per_step = config.batch_size * config.seq_len
-        preemption = _Preemption()
+        preemption = Preemption()
         cleanup.callback(preemption.restore)
         prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         cleanup.callback(prefetch.shutdown, wait=False, cancel_futures=True)
@@ -457,15 +393,6 @@ def _train(
                 heartbeat.beat()
             if stop:
                 checkpointer.wait()
-                progress.note(
-                    f"{preemption.signal_name}: saved step {done} and stopped; rerun the same "
-                    "command to continue."
-                )
-                if preemption.signal_name == "Ctrl-C":
-                    raise SavedAndInterrupted
-                if done < config.num_train_steps:
-                    raise StoppedBeforeEnd(
-                        f"stopped at step {done} (exit code {STOPPED_EXIT_CODE})"
-                    )
+                preemption.stop(done, config.num_train_steps, progress.note)
                 return state
     return state
