@@ -177,7 +177,7 @@ def test_sigkill_then_rerun_is_bit_exact(straight, source, data, tmp_path):
     """SIGKILL once step 2's checkpoint is on disk, before step 4's: rerunning the same
     command resumes at step 2 and ends as the uninterrupted run did."""
     workdir = tmp_path / "killed"
-    process = start(workdir, source, data, step_delay=0.5)
+    process = start(workdir, source, data, step_delay=2.0)  # 4 s between saves 2 and 4
     wait_for(lambda: checkpoint_done(workdir, 2), process, workdir)
     process.send_signal(signal.SIGKILL)
     assert process.wait(timeout=60) == -signal.SIGKILL
@@ -193,7 +193,7 @@ def test_sigterm_saves_stops_with_exit_6_and_the_rerun_is_bit_exact(
     """SIGTERM after step 2 is logged: the run saves step 3, exits 6 (stopped short, never
     taken for finished) without evaluating; the rerun resumes at step 3."""
     workdir = tmp_path / "stopped"
-    process = start(workdir, source, data, step_delay=1.0)  # the signal lands in step 3
+    process = start(workdir, source, data, step_delay=2.0)  # the signal lands in step 3
     wait_for(lambda: logged(workdir, 2), process, workdir)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == STOPPED_EXIT_CODE, log_tail(workdir)
