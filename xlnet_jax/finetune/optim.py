@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from xlnet_jax.training.optim import learning_rate_schedule, weight_decay_mask
+from xlnet_jax.training import optim
 
 
 def layer_factors(params, n_layer: int, rate: float):
@@ -42,18 +42,7 @@ def scale_by_layer(n_layer: int, rate: float) -> optax.GradientTransformation:
 
 
 def make_optimizer(config: ml_collections.ConfigDict, n_layer: int) -> optax.GradientTransformation:
-    """Global-norm clip, AdamW on the warmup/decay schedule, then the layer-wise factors."""
-    parts = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm > 0 else []
-    parts.append(
-        optax.adamw(
-            learning_rate=learning_rate_schedule(config),
-            b1=config.adam_b1,
-            b2=config.adam_b2,
-            eps=config.adam_eps,
-            weight_decay=config.weight_decay,
-            mask=weight_decay_mask,
-        )
-    )
-    if config.lr_layer_decay_rate != 1.0:
-        parts.append(scale_by_layer(n_layer, config.lr_layer_decay_rate))
-    return optax.chain(*parts)
+    """Pretraining's optimiser, then the layer-wise factors."""
+    if config.lr_layer_decay_rate == 1.0:
+        return optim.make_optimizer(config)
+    return optim.make_optimizer(config, scale_by_layer(n_layer, config.lr_layer_decay_rate))

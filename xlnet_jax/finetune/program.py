@@ -26,6 +26,7 @@ from xlnet_jax.finetune.forward import apply_segments
 from xlnet_jax.finetune.task import INPUT_KEYS, Task
 from xlnet_jax.training import sharding
 from xlnet_jax.training.optim import learning_rate_schedule
+from xlnet_jax.training.placement import place_state
 
 
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
@@ -154,16 +155,7 @@ def build(
             skipped_steps=jnp.zeros((), jnp.int32),
         )
 
-    rules = config.logical_axis_rules
-    specs = nn.get_partition_spec(jax.eval_shape(boxed_state)).replace(mems=P())
-    with sharding.activate(mesh, rules):
-        shardings = sharding.logical_shardings(specs, mesh, rules)
-    init = jax.jit(lambda: nn.meta.unbox(boxed_state()), out_shardings=shardings)
-    abstract = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-        jax.eval_shape(init),
-        shardings,
-    )
+    init, abstract, shardings = place_state(boxed_state, mesh, config.logical_axis_rules, P())
     batch_sharding = NamedSharding(mesh, P(("data", "fsdp")))
     replicated = sharding.replicated(mesh)
     step = jax.jit(

@@ -34,8 +34,11 @@ def weight_decay_mask(params):
     return jax.tree_util.tree_map_with_path(_decays, params)
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """Global-norm clip, then AdamW on the warmup/decay schedule."""
+def make_optimizer(
+    config: ml_collections.ConfigDict, *after: optax.GradientTransformation
+) -> optax.GradientTransformation:
+    """Global-norm clip, then AdamW on the warmup/decay schedule, then `after` (fine-tuning's
+    layer-wise factors) on the updates."""
     adamw = optax.adamw(
         learning_rate=learning_rate_schedule(config),
         b1=config.adam_b1,
@@ -44,6 +47,6 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
         weight_decay=config.weight_decay,
         mask=weight_decay_mask,
     )
-    if config.clip_norm > 0:
-        return optax.chain(optax.clip_by_global_norm(config.clip_norm), adamw)
-    return adamw
+    parts = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm > 0 else []
+    parts += [adamw, *after]
+    return parts[0] if len(parts) == 1 else optax.chain(*parts)

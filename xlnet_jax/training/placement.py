@@ -50,8 +50,15 @@ def build_state(config: ml_collections.ConfigDict, model: XLNetLM, tx, mesh):
             skipped_steps=jnp.zeros((), jnp.int32),
         )
 
-    specs = nn.get_partition_spec(jax.eval_shape(boxed_state))
-    specs = specs.replace(mems=jax.sharding.PartitionSpec("layers", "batch", "mem_length", "embed"))
+    mems = jax.sharding.PartitionSpec("layers", "batch", "mem_length", "embed")
+    return place_state(boxed_state, mesh, rules, mems)
+
+
+def place_state(boxed_state, mesh, rules, mems_spec):
+    """(init_fn, abstract_state, state_shardings) of the TrainState `boxed_state` builds with
+    boxed (logically annotated) params: shardings from the logical axes of its eval_shape and
+    `mems_spec` for the memory; init jitted with them as out_shardings."""
+    specs = nn.get_partition_spec(jax.eval_shape(boxed_state)).replace(mems=mems_spec)
     shardings = sharding.logical_shardings(specs, mesh, rules)
     init = jax.jit(lambda: nn.meta.unbox(boxed_state()), out_shardings=shardings)
     abstract = jax.tree.map(
