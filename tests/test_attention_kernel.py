@@ -337,7 +337,7 @@ def test_attention_impl_is_validated_up_front():
     """A wrong name is one ConfigError line; every impl takes attention dropout."""
     config = default_config()
     config.update(attention_impl="flash")
-    with pytest.raises(ConfigError, match="config.attention_impl must be one of"):
+    with pytest.raises(ConfigError, match="config.attention_impl: must be one of"):
         validate_config(config)
     for impl in ("xla", "pallas", "auto"):
         config.update(attention_impl=impl, dropatt=0.1)

@@ -66,6 +66,8 @@ NOT_RUN_HERE = {
     "are the Fine-tune page's); tests/test_finetune_run.py runs the same command path",
     "python benchmarks/finetune_long_documents.py": "fine-tunes four times for minutes (the "
     "Fine-tune page's figures); tests/test_finetune_run.py checks the memory path",
+    "python scripts/squad_from_dpkg.py": "reads this machine's dpkg database (the SQuAD "
+    "page's task); tests/test_squad_data.py and test_squad_task.py read SQuAD 2.0 files",
     "python benchmarks/finetune_step.py": "times two frameworks for minutes (the Fine-tune "
     "page's table); tests/test_finetune_heads.py checks the same heads against HF",
 }
