@@ -38,15 +38,16 @@ class GlueTask(PairTask):
 
     glue_name: the benchmark's spelling (messages, the submission file).
     files: split -> file name in --data_dir.
-    labelled, unlabelled: the Columns of train/dev files and of test files.
+    gold_columns, test_columns: the Columns of train/dev files and of test files (not
+      `labelled`, which is Task.labelled()).
     label_names: the labels as the files write them (() for regression).
     submissions: test split -> the leaderboard's file name for it.
     """
 
     glue_name: str
     files: dict[str, str]
-    labelled: Columns
-    unlabelled: Columns
+    gold_columns: Columns
+    test_columns: Columns
     label_names: tuple[str, ...] = ()
     test_splits = ("test",)
     submissions: dict[str, str] = {}
@@ -60,7 +61,7 @@ class GlueTask(PairTask):
 
     def read(self, data_dir: str, split: str) -> list[PairExample]:
         path = str(paths.as_path(data_dir) / self.files[split])
-        spec = self.unlabelled if split in self.test_splits else self.labelled
+        spec = self.test_columns if split in self.test_splits else self.gold_columns
         what = f"GLUE's {self.glue_name} {split} file"
         names, rows = tsv.read_rows(path, header=spec.header, columns=spec.columns, what=what)
         for column, expected in spec.names:
@@ -118,38 +119,38 @@ _ENTAILMENT = ("entailment", "not_entailment")
 class CoLA(GlueTask):
     name, glue_name, head, metric = "cola", "CoLA", "classification", "matthews"
     files, label_names, submissions = _STANDARD, _BINARY, {"test": "CoLA.tsv"}
-    labelled = Columns(text_a=3, label=1, header=False, columns=4)
-    unlabelled = Columns(text_a=1, index=0, names=((1, "sentence"),))
+    gold_columns = Columns(text_a=3, label=1, header=False, columns=4)
+    test_columns = Columns(text_a=1, index=0, names=((1, "sentence"),))
 
 
 class SST2(GlueTask):
     name, glue_name, head = "sst-2", "SST-2", "classification"
     files, label_names, submissions = _STANDARD, _BINARY, {"test": "SST-2.tsv"}
-    labelled = Columns(text_a=0, label=1, names=((0, "sentence"), (1, "label")))
-    unlabelled = Columns(text_a=1, index=0, names=((1, "sentence"),))
+    gold_columns = Columns(text_a=0, label=1, names=((0, "sentence"), (1, "label")))
+    test_columns = Columns(text_a=1, index=0, names=((1, "sentence"),))
 
 
 class MRPC(GlueTask):
     name, glue_name, head, metric = "mrpc", "MRPC", "classification", "f1_accuracy"
     files, label_names, submissions = _STANDARD, _BINARY, {"test": "MRPC.tsv"}
     _names = ((3, "#1 string"), (4, "#2 string"))
-    labelled = Columns(text_a=3, text_b=4, label=0, names=_names)
-    unlabelled = Columns(text_a=3, text_b=4, index=0, names=_names)
+    gold_columns = Columns(text_a=3, text_b=4, label=0, names=_names)
+    test_columns = Columns(text_a=3, text_b=4, index=0, names=_names)
 
 
 class STSB(GlueTask):
     name, glue_name, head = "sts-b", "STS-B", "regression"
     files, submissions = _STANDARD, {"test": "STS-B.tsv"}
     _names = ((7, "sentence1"), (8, "sentence2"))
-    labelled = Columns(text_a=7, text_b=8, label=-1, names=_names)
-    unlabelled = Columns(text_a=7, text_b=8, index=0, names=_names)
+    gold_columns = Columns(text_a=7, text_b=8, label=-1, names=_names)
+    test_columns = Columns(text_a=7, text_b=8, index=0, names=_names)
 
 
 class QQP(GlueTask):
     name, glue_name, head, metric = "qqp", "QQP", "classification", "f1_accuracy"
     files, label_names, submissions = _STANDARD, _BINARY, {"test": "QQP.tsv"}
-    labelled = Columns(text_a=3, text_b=4, label=5, names=((3, "question1"), (4, "question2")))
-    unlabelled = Columns(text_a=1, text_b=2, index=0, names=((1, "question1"), (2, "question2")))
+    gold_columns = Columns(text_a=3, text_b=4, label=5, names=((3, "question1"), (4, "question2")))
+    test_columns = Columns(text_a=1, text_b=2, index=0, names=((1, "question1"), (2, "question2")))
 
 
 class MNLI(GlueTask):
@@ -166,32 +167,32 @@ class MNLI(GlueTask):
     submissions = {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}
     label_names = ("contradiction", "entailment", "neutral")
     _names = ((8, "sentence1"), (9, "sentence2"))
-    labelled = Columns(text_a=8, text_b=9, label=-1, names=_names)
-    unlabelled = Columns(text_a=8, text_b=9, index=0, names=_names)
+    gold_columns = Columns(text_a=8, text_b=9, label=-1, names=_names)
+    test_columns = Columns(text_a=8, text_b=9, index=0, names=_names)
 
 
 class QNLI(GlueTask):
     name, glue_name, head = "qnli", "QNLI", "classification"
     files, label_names, submissions = _STANDARD, _ENTAILMENT, {"test": "QNLI.tsv"}
     _names = ((1, "question"), (2, "sentence"))
-    labelled = Columns(text_a=1, text_b=2, label=3, names=_names)
-    unlabelled = Columns(text_a=1, text_b=2, index=0, names=_names)
+    gold_columns = Columns(text_a=1, text_b=2, label=3, names=_names)
+    test_columns = Columns(text_a=1, text_b=2, index=0, names=_names)
 
 
 class RTE(GlueTask):
     name, glue_name, head = "rte", "RTE", "classification"
     files, label_names, submissions = _STANDARD, _ENTAILMENT, {"test": "RTE.tsv"}
     _names = ((1, "sentence1"), (2, "sentence2"))
-    labelled = Columns(text_a=1, text_b=2, label=3, names=_names)
-    unlabelled = Columns(text_a=1, text_b=2, index=0, names=_names)
+    gold_columns = Columns(text_a=1, text_b=2, label=3, names=_names)
+    test_columns = Columns(text_a=1, text_b=2, index=0, names=_names)
 
 
 class WNLI(GlueTask):
     name, glue_name, head = "wnli", "WNLI", "classification"
     files, label_names, submissions = _STANDARD, _BINARY, {"test": "WNLI.tsv"}
     _names = ((1, "sentence1"), (2, "sentence2"))
-    labelled = Columns(text_a=1, text_b=2, label=3, names=_names)
-    unlabelled = Columns(text_a=1, text_b=2, index=0, names=_names)
+    gold_columns = Columns(text_a=1, text_b=2, label=3, names=_names)
+    test_columns = Columns(text_a=1, text_b=2, index=0, names=_names)
 
 
 GLUE_TASKS = (CoLA, SST2, MRPC, STSB, QQP, MNLI, QNLI, RTE, WNLI)
