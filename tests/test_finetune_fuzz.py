@@ -26,7 +26,6 @@ from xlnet_jax.data import tokenizer
 from xlnet_jax.errors import DataError, MissingFileError
 from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.finetune.squad import reading
-from xlnet_jax.finetune.tasks.glue import GLUE_TASKS
 from xlnet_jax.finetune.text import TextEncoder
 
 # Characters that are text, though str.splitlines() ends a line at all but the last three.
@@ -97,14 +96,26 @@ class TsvLayout:
         return self.task in ("regression", "sts-b")
 
 
-def _glue_layout(cls) -> TsvLayout:
-    task = cls()
-    text = GLUE_FILES[task.name]["train.tsv"].splitlines()
-    header = text[0] if task.gold_columns.header else None
+# GLUE train files: (text column, label column) as the GLUE distribution lays them out.
+GLUE_COLUMNS = {
+    "cola": (3, 1),
+    "sst-2": (0, 1),
+    "mrpc": (3, 0),
+    "sts-b": (7, -1),
+    "qqp": (3, 5),
+    "mnli": (8, -1),
+    "qnli": (1, 3),
+    "rte": (1, 3),
+    "wnli": (1, 3),
+}
+
+
+def _glue_layout(name: str) -> TsvLayout:
+    """GLUE_FILES' train.tsv of the task, its data lines three times over."""
+    text = GLUE_FILES[name]["train.tsv"].splitlines()
+    header = text[0] if name != "cola" else None  # CoLA's train file has no header
     lines = text[1:] if header is not None else text
-    return TsvLayout(
-        task.name, header, tuple(lines * 3), task.gold_columns.text_a, task.gold_columns.label
-    )
+    return TsvLayout(name, header, tuple(lines * 3), *GLUE_COLUMNS[name])
 
 
 def _generic_lines(pairs: bool, scores: bool) -> tuple[str, ...]:
@@ -117,7 +128,7 @@ def _generic_lines(pairs: bool, scores: bool) -> tuple[str, ...]:
 
 
 TSV_LAYOUTS = {
-    **{cls.name: _glue_layout(cls) for cls in GLUE_TASKS},
+    **{name: _glue_layout(name) for name in GLUE_COLUMNS},
     "classification": TsvLayout("classification", None, _generic_lines(False, False), 1, 0),
     "classification-pairs": TsvLayout("classification", None, _generic_lines(True, False), 1, 0),
     "regression": TsvLayout("regression", None, _generic_lines(True, True), 1, 0),
