@@ -87,9 +87,9 @@ def test_the_generic_tasks_print_labels_shape_and_empty_texts(tmp_path, capsys):
     task.read(data, "dev")
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        f"{tmp_path / 'train.tsv'}: 1 empty text(s) in 3 lines, read as empty (first: line 2)",
         f"{tmp_path / 'train.tsv'}: 3 examples of pairs (LABEL<TAB>TEXT_A<TAB>TEXT_B); "
         "2 labels: neg 1, pos 2",
+        f"{tmp_path / 'train.tsv'}: 1 empty text(s) in 3 lines, read as empty (first: line 2)",
         f"{tmp_path / 'dev.tsv'}: 1 empty text(s) in 1 lines, read as empty (first: line 1)",
     ]
     scores = write(tmp_path / "r", {"train.tsv": "0.5\ta\n-2\tb\n", "dev.tsv": "1\tc\n"})

@@ -79,7 +79,9 @@ class GenericTask(PairTask):
         else:
             rows = _rows(path, _LAYOUT, columns, f"as train.tsv's lines, {_SHAPES[columns]}")
         known = None if self.regression or split == "test" else set(self._classes)
-        return self._examples(rows, split != "test", known)
+        examples = self._examples(rows, split != "test", known)
+        _report_empty(rows, examples)
+        return examples
 
     def _read_train(self, data_dir: str) -> tuple[int, list[PairExample]]:
         """train.tsv's column count and examples, checked and reported on the first call."""
@@ -104,25 +106,20 @@ class GenericTask(PairTask):
             scores = [e.label for e in examples]
             labels = f"scores from {min(scores):g} to {max(scores):g}"
         tsv.note(f"{path}: {len(examples)} examples of {_SHAPES[columns]}; {labels}")
+        _report_empty(rows, examples)
         self._train[data_dir] = columns, examples
         return columns, examples
 
     def _examples(
         self, rows: list[tsv.Row], labelled: bool, known: set[str] | None
     ) -> list[PairExample]:
-        """Rows as examples, the labels checked; prints the count of empty texts."""
-        examples, empty = [], []
+        """Rows as examples, the labels checked."""
+        examples = []
         for position, row in enumerate(rows):
             texts = row.fields[1:] if labelled else row.fields
-            empty += [row.line for text in texts if not text.strip()]
             label = self._label(row, position == 0, known) if labelled else None
             text_b = texts[1] if len(texts) == 2 else None
             examples.append(PairExample(str(position), texts[0], text_b, label, row.where))
-        if empty:
-            tsv.note(
-                f"{rows[0].path}: {len(empty)} empty text(s) in {len(rows)} lines, read as "
-                f"empty (first: line {empty[0]})"
-            )
         return examples
 
     def _label(self, row: tsv.Row, first: bool, known: set[str] | None) -> str | float:
@@ -186,6 +183,21 @@ def _rows(path: str, what: str, columns: int | None, expected: str) -> list[tsv.
             )
         rows.append(tsv.Row(fields, path, number))
     return rows
+
+
+def _report_empty(rows: list[tsv.Row], examples: list[PairExample]) -> None:
+    """Prints how many texts are empty (or blank) and the first line holding one."""
+    empty = [
+        row.line
+        for row, example in zip(rows, examples, strict=True)
+        for text in (example.text_a, example.text_b)
+        if text is not None and not text.strip()
+    ]
+    if empty:
+        tsv.note(
+            f"{rows[0].path}: {len(empty)} empty text(s) in {len(rows)} lines, read as empty "
+            f"(first: line {empty[0]})"
+        )
 
 
 def _trailing(text: str) -> str:
