@@ -46,6 +46,9 @@ def write_tokenizer_files(
         "keep_accents": keep_accents,
         "remove_space": True,
         "padding_side": "left",
+        # transformers 5 returns token_type_ids only for the inputs named here (4.x always
+        # did); without them XLNet runs with every token in segment A.
+        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
         **{f"{name}_token": f"<{name}>" for name in ("unk", "sep", "pad", "cls", "mask")},
         "bos_token": "<s>",
         "eos_token": "</s>",
