@@ -62,7 +62,10 @@ def write_tokenizer_files(
     (out / JSON_FILE).write_text(backend.to_str(pretty=True))
     if keep_accents:
         return "load the tokenizer with AutoTokenizer: XLNetTokenizer (5.23) drops accents"
-    return "XLNetTokenizer and AutoTokenizer give this corpus's ids"
+    return (
+        "XLNetTokenizer and AutoTokenizer give this corpus's ids, but where a piece ends in a "
+        "digit and ',' (the original's split, which transformers 5 cannot make)"
+    )
 
 
 def _hf_piece(piece: str, keep_accents: bool) -> str:
