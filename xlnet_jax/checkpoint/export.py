@@ -83,7 +83,8 @@ def _export_finetuned(
         settings = hf_tokenizer.write_tokenizer_files(
             paths.as_path(out), str(tokenizer), **info.get("normalization", {})
         )
-        note = f"tokenizer copied as spiece.model; {settings}; {_ids_note(out, info, config, data_dir)}"
+        ids = _ids_note(out, info, config, data_dir)
+        note = f"tokenizer copied as spiece.model; {settings}; {ids}"
     hf_class = hf.HEADS[info["head"]].hf_class
     return (
         f"exported step {step} of the {info['task']} fine-tuning {source} to {out} for "
