@@ -3,19 +3,21 @@ top-k outputs out, the answers and null odds of our predictions/ (postprocess.pr
 
     tokenizer = AutoTokenizer.from_pretrained(export)   # an export-hf of a SQuAD run
     model = XLNetForQuestionAnswering.from_pretrained(export).eval()
-    inputs, windows = hf_outputs.encode(tokenizer, questions, max_length=512, doc_stride=128)
+    inputs, windows = hf_outputs.encode(
+        tokenizer, questions, max_length=512, doc_stride=128, max_query_length=64)
     with torch.no_grad():
         out = model(**{k: torch.tensor(v) for k, v in inputs.items()})
     predictions, null_odds, nbest = hf_outputs.answers(
-        questions, windows, {k: v.numpy() for k, v in out.items()},
-        n_best_size=5, max_answer_length=64)
+        questions, windows, {k: out[k].numpy() for k in hf_outputs.OUTPUTS},
+        inputs["attention_mask"], n_best_size=5, max_answer_length=64)
 
-`encode` asks the tokenizer for `context <sep> question <sep> <cls>` (the run's window
-layout, windows.py), with overflowing windows `doc_stride` pieces apart, and builds what
-the model and postprocess need: p_mask (1 where no answer may start or end: all but the
-paragraph pieces and <cls>), cls_index, and each piece's characters from the tokenizer's
-offset mapping. It keeps the whole question: the run cut it to max_query_length pieces, so
-questions longer than that give other windows here.
+`encode` builds the run's windows (windows.py) with the tokenizer's own pieces: the
+question cut to max_query_length pieces, the paragraph cut by the tokenizer's overflow into
+windows `doc_stride` pieces apart, each joined by the tokenizer's post-processor into
+`paragraph <sep> question <sep> <cls>` with its token types (0, 1, 2); and what the model and
+postprocess need besides: p_mask (1 where no answer may start or end: all but the paragraph
+pieces and <cls>), cls_index, each piece's characters from the tokenizer's offsets, and the
+max-context windows.
 
 HF's outputs differ from the head's own (model/qa_head.py) in two ways that `answers`
 undoes: its start_top_log_probs and end_top_log_probs are probabilities (softmax, not
@@ -29,68 +31,70 @@ import numpy as np
 
 from xlnet_jax.finetune.squad import postprocess
 from xlnet_jax.finetune.squad.reading import Question
-from xlnet_jax.finetune.squad.windows import SEG_PARAGRAPH, Window, max_context
+from xlnet_jax.finetune.squad.windows import Window, max_context, spans
+
+# The evaluation outputs of XLNetForQuestionAnswering that `answers` reads.
+OUTPUTS = (
+    "start_top_log_probs",
+    "start_top_index",
+    "end_top_log_probs",
+    "end_top_index",
+    "cls_logits",
+)
 
 
 def encode(
-    tokenizer, questions: Sequence[Question], *, max_length: int, doc_stride: int
+    tokenizer,
+    questions: Sequence[Question],
+    *,
+    max_length: int,
+    doc_stride: int,
+    max_query_length: int,
 ) -> tuple[dict[str, np.ndarray], list[Window]]:
     """(model inputs: input_ids, token_type_ids, attention_mask, p_mask, cls_index, each
     [windows, ...] and padded on the tokenizer's side; the Windows postprocess reads), for
-    `tokenizer`, a transformers tokenizer of an export-hf directory."""
+    `tokenizer`, a transformers tokenizer of an export-hf directory, and the run's windowing
+    settings (seq_len as max_length)."""
+    backend = tokenizer.backend_tokenizer
     rows, windows = [], []
     for q, question in enumerate(questions):
-        room = (
-            max_length - 3 - len(tokenizer(question.question, add_special_tokens=False).input_ids)
-        )
-        encoded = tokenizer(
-            question.context,
-            question.question,
-            truncation="only_first",
-            max_length=max_length,
-            stride=max(room - doc_stride, 0),
-            return_overflowing_tokens=True,
-            return_offsets_mapping=True,
-            return_token_type_ids=True,
-            return_special_tokens_mask=True,
-        )
-        per_window = [_paragraph(encoded, w) for w in range(len(encoded.input_ids))]
-        # every paragraph piece once, in order, by its characters
-        pieces_of = sorted({tuple(map(int, p)) for pieces, _ in per_window for p in pieces})
-        first = [pieces_of.index(tuple(map(int, pieces[0]))) for pieces, _ in per_window]
-        spans = [(f, len(pieces)) for f, (pieces, _) in zip(first, per_window, strict=True)]
-        best = max_context(spans, len(pieces_of))
-        for w, (pieces, positions) in enumerate(per_window):
-            ids = np.array(encoded.input_ids[w], np.int32)
-            p_mask = np.ones(len(ids), np.int32)
-            p_mask[positions] = 0
+        query = backend.encode(question.question, add_special_tokens=False)
+        query.truncate(max_query_length)
+        context = backend.encode(question.context, add_special_tokens=False)
+        room = max_length - len(query.ids) - 3
+        spans_ = spans(len(context.ids), room, doc_stride)
+        best = max_context(spans_, len(context.ids))
+        context.truncate(room, stride=room - min(doc_stride, room))
+        parts = [context, *context.overflowing]
+        if len(parts) != len(spans_):
+            raise ValueError(f"{question.qid}: {len(parts)} windows, expected {len(spans_)}")
+        for w, part in enumerate(parts):
+            full = backend.post_process(part, query, add_special_tokens=True)
+            ids = np.array(full.ids, np.int32)
+            types = np.array(full.type_ids, np.int32)
+            paragraph = (types == 0) & (np.array(full.special_tokens_mask) == 0)
+            offsets = np.array(full.offsets, np.int64)[paragraph].reshape(-1, 2)
+            p_mask = np.where(paragraph, 0, 1).astype(np.int32)
             p_mask[-1] = 0  # <cls>, where a no-answer points
-            rows.append((ids, np.array(encoded.token_type_ids[w], np.int32), p_mask))
+            rows.append((ids, types, p_mask))
+            start, length = spans_[w]
             windows.append(
                 Window(
                     question=q,
                     input_ids=ids,
-                    seg_ids=rows[-1][1],
+                    seg_ids=types,
                     p_mask=p_mask,
-                    paragraph_len=len(pieces),
+                    paragraph_len=length,
                     cls_index=len(ids) - 1,
                     start_position=len(ids) - 1,
                     end_position=len(ids) - 1,
                     is_impossible=float(question.is_impossible),
-                    char_start=pieces[:, 0].astype(np.int64),
-                    char_end=pieces[:, 1].astype(np.int64),
-                    max_context=best[w, spans[w][0] : spans[w][0] + len(pieces)],
+                    char_start=offsets[:, 0],
+                    char_end=offsets[:, 1],
+                    max_context=best[w, start : start + length],
                 )
             )
     return _padded(rows, tokenizer.padding_side, tokenizer.pad_token_id), windows
-
-
-def _paragraph(encoded, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """(char offsets [n, 2], positions [n]) of window w's paragraph pieces."""
-    types = np.array(encoded.token_type_ids[w])
-    special = np.array(encoded.special_tokens_mask[w], bool)
-    positions = np.flatnonzero((types == SEG_PARAGRAPH) & ~special)
-    return np.array(encoded.offset_mapping[w], np.int64)[positions].reshape(-1, 2), positions
 
 
 def _padded(rows, side: str, pad_id: int) -> dict[str, np.ndarray]:
