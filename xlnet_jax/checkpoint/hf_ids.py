@@ -67,20 +67,26 @@ def compare_rows(
     agreement: Agreement,
 ) -> None:
     """Adds each (text A, text B or None) row to `agreement`: the run's row (cut to
-    `capacity` pieces; None: not cut) against hf_tokenizer's."""
+    `capacity` pieces; None: not cut) against hf_tokenizer's. Texts go to both tokenizers in
+    batches: single texts and pairs apart."""
     sp = tokenizer.load_processor(encoder.model_path)
-    for a, b in rows:
-        ours_a = encoder.encode(a)
-        ours_b = None if b is None else encoder.encode(b)
-        length = capacity or len(ours_a) + len(ours_b or []) + 3
-        ids, types, mask = (x.ravel() for x in pair_row(ours_a, ours_b, length, 1))
-        ours = (ids[~mask].tolist(), types[~mask].tolist())
-        kwargs = {"truncation": "longest_first", "max_length": capacity} if capacity else {}
-        hf = hf_tokenizer(a, b, return_token_type_ids=True, **kwargs)
-        if ours == (hf["input_ids"], hf["token_type_ids"]):
-            agreement.add(None)
+    for group in ([r for r in rows if r[1] is None], [r for r in rows if r[1] is not None]):
+        if not group:
             continue
-        agreement.add(*_cause(hf_tokenizer, encoder, sp, [(a, ours_a), (b, ours_b)]))
+        texts_a = [a for a, _ in group]
+        texts_b = None if group[0][1] is None else [b for _, b in group]
+        ours_a = encoder.encode_many(texts_a)
+        ours_b = [None] * len(group) if texts_b is None else encoder.encode_many(texts_b)
+        kwargs = {"truncation": "longest_first", "max_length": capacity} if capacity else {}
+        hf = hf_tokenizer(texts_a, texts_b, return_token_type_ids=True, **kwargs)
+        for n, ((a, b), ids_a, ids_b) in enumerate(zip(group, ours_a, ours_b, strict=True)):
+            length = capacity or len(ids_a) + len(ids_b or []) + 3
+            ids, types, mask = (x.ravel() for x in pair_row(ids_a, ids_b, length, 1))
+            ours = (ids[~mask].tolist(), types[~mask].tolist())
+            if ours == (hf["input_ids"][n], hf["token_type_ids"][n]):
+                agreement.add(None)
+            else:
+                agreement.add(*_cause(hf_tokenizer, encoder, sp, [(a, ids_a), (b, ids_b)]))
 
 
 def _cause(hf_tokenizer, encoder, sp, texts) -> tuple[str, str]:
