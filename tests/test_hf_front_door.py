@@ -20,9 +20,10 @@ import torch
 import transformers
 
 from xlnet_jax import cli
-from xlnet_jax.checkpoint import hf, hf_ids, hf_tokenizer
+from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import train_tokenizer
+from xlnet_jax.finetune import hf_ids
 from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.finetune.squad import hf_outputs
 from xlnet_jax.finetune.text import TextEncoder
@@ -132,7 +133,7 @@ def _finetune_and_export(tmp_path_factory, source, data, task: str, *extra) -> t
     out = workdir / "hf"
     with mock.patch("builtins.print") as printed:
         assert cli.main(["export-hf", str(workdir), f"--out={out}", f"--data_dir={data}"]) == 0
-    return workdir, out, printed.call_args.args[0]
+    return workdir, out, "\n".join(call.args[0] for call in printed.call_args_list)
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +228,10 @@ def test_the_id_check_names_each_cause(source, tmp_path):
     spm_model = tmp_path / "spiece.model"
     rng = np.random.default_rng(4)
     text = _sentences(rng, 2000, 3, 9) + ["차다 가다 나는", "학교에 가다"] * 50
-    numbers = zip(rng.integers(1900, 2020, 500), rng.integers(1, 9, 500), rng.integers(0, 999, 500))
+    years, thousands, units = (
+        rng.integers(low, high, 500) for low, high in ((1900, 2020), (1, 9), (0, 999))
+    )
+    numbers = zip(years, thousands, units, strict=True)
     text += [f"in {year}, {a},{b:03d} here" for year, a, b in numbers]
     train_tokenizer(text, str(spm_model), 90)
     hf_tokenizer.write_tokenizer_files(tmp_path, str(spm_model), keep_accents=False, uncased=False)

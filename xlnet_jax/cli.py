@@ -443,7 +443,15 @@ def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.checkpoint import export
 
     source, out = _single_source(args), _require(fv, "out")
-    print(export.export_to_hf(source, out, fv.dropout, fv.data_dir))
+    print(export.export_to_hf(source, out, fv.dropout))
+    if fv.data_dir:
+        from xlnet_jax import paths
+        from xlnet_jax.checkpoint.hf import FINETUNE_FILE
+        from xlnet_jax.finetune import hf_ids
+
+        if not (paths.as_path(source) / FINETUNE_FILE).is_file():
+            raise UsageError(f"--data_dir is for a fine-tuning workdir; {source} is not one")
+        print(hf_ids.check_export(source, out, fv.data_dir))
     return 0
 
 

@@ -6,7 +6,7 @@ import json
 import ml_collections
 
 from xlnet_jax import paths
-from xlnet_jax.checkpoint import hf, hf_ids, hf_tokenizer
+from xlnet_jax.checkpoint import hf, hf_tokenizer
 from xlnet_jax.checkpoint.reader import load_trained_params
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.manifest import load_manifest
@@ -17,9 +17,7 @@ from xlnet_jax.errors import UsageError
 FINE_TUNING_DROPOUT = 0.1
 
 
-def export_to_hf(
-    source: str, out: str, dropout: float = FINE_TUNING_DROPOUT, data_dir: str | None = None
-) -> str:
+def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) -> str:
     """Writes `source`'s weights to `out` as transformers.XLNetLMHeadModel loads them.
 
     `source` is a params directory (from import-hf) or a train workdir, whose newest
@@ -40,7 +38,7 @@ def export_to_hf(
     model_config = ModelConfig.from_config(config)
     finetuned = paths.as_path(source) / hf.FINETUNE_FILE
     if finetuned.is_file():
-        return _export_finetuned(source, out, config, model_config, params, step, dropout, data_dir)
+        return _export_finetuned(source, out, config, model_config, params, step, dropout)
     hf.save_hf(out, model_config, params, dropout)
     note = "no tokenizer copied: the run's corpus_dir is not here"
     if (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
@@ -68,11 +66,10 @@ def _export_finetuned(
     params: dict,
     step: int,
     dropout: float,
-    data_dir: str | None,
 ) -> str:
     """A fine-tuning workdir's newest checkpoint, with its head and the head's fields of the
     run's `config`, for HF's matching class (hf.HEADS), and the tokenizer the run copied
-    into it, whose ids are checked against the run's on `data_dir`'s text."""
+    into it."""
     info = json.loads((paths.as_path(source) / hf.FINETUNE_FILE).read_text())
     model_config = dataclasses.replace(model_config, dropout=dropout, dropatt=dropout)
     hf.save_hf_head(out, model_config, params, info["head"], info["labels"], config)
@@ -83,33 +80,12 @@ def _export_finetuned(
         settings = hf_tokenizer.write_tokenizer_files(
             paths.as_path(out), str(tokenizer), **info.get("normalization", {})
         )
-        ids = _ids_note(out, info, config, data_dir)
-        note = f"tokenizer copied as spiece.model; {settings}; {ids}"
+        note = f"tokenizer copied as spiece.model; {settings}"
     hf_class = hf.HEADS[info["head"]].hf_class
     return (
         f"exported step {step} of the {info['task']} fine-tuning {source} to {out} for "
         f"transformers.{hf_class}; {note}; dropout {dropout} in its config.json"
     )
-
-
-def _ids_note(out: str, info: dict, config: ml_collections.ConfigDict, data_dir: str | None) -> str:
-    """hf_ids' agreement of AutoTokenizer with the run on its text, as a note."""
-    data_dir = data_dir or info.get("data_dir")
-    if not data_dir:
-        return "token ids not checked: pass --data_dir (the run's) to compare them"
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return "token ids not checked: transformers is not installed"
-    from xlnet_jax.finetune.registry import get_task
-    from xlnet_jax.finetune.text import TextEncoder
-
-    encoder = TextEncoder(str(paths.as_path(out) / hf.TOKENIZER_FILE), **info["normalization"])
-    capacity = config.seq_len * config.get("num_segments", 1)
-    agreement = hf_ids.check_run(out, encoder, get_task(info["task"]), data_dir, capacity)
-    if agreement is None:
-        return f"token ids not checked: the {info['task']} task's examples are not text pairs"
-    return agreement.summary()
 
 
 def _dropout_note(config: ModelConfig, dropout: float) -> str:

@@ -1,9 +1,10 @@
 """Whether transformers' AutoTokenizer, loaded from an export, gives a fine-tuning run's ids.
 
-export-hf compares, on the run's own train and dev text, each row as the run built it
-(finetune/features.py: A <sep> B <sep> <cls>, cut to the row's capacity, and its token types)
-with AutoTokenizer's row of the same text (`truncation="longest_first"` to the same length),
-and names the cause of each row that differs, checked in this order:
+`xlnet-jax export-hf WORKDIR --out DIR --data_dir DATA` compares, on the run's own train
+and dev text, each row as the run built it (finetune/features.py: A <sep> B <sep> <cls>, cut
+to the row's capacity, and its token types) with AutoTokenizer's row of the same text
+(`truncation="longest_first"` to the same length), and names the cause of each row that
+differs, checked in this order:
   * digit-comma split: ours applies the original's (data/tokenizer.py); transformers 5's
     tokenizers cannot express it (transformers 4's slow XLNetTokenizer did);
   * out-of-vocabulary Hangul syllable: HF spells Hangul in jamo (hf_tokenizer.py), so an
@@ -11,19 +12,24 @@ and names the cause of each row that differs, checked in this order:
   * other piece boundaries: the first piece where the texts' pieces part, shown;
   * pair truncation: the texts' pieces agree, the cut does not. Ours is the original's
     (`_truncate_seq_pair`: the longer text loses its last piece, B on a tie); HF's
-    longest_first gives the longer text the rest, and on ties A the smaller half.
+    longest_first cuts both to half the room when both are longer, A the smaller half.
 SQuAD's windows are the run's own layout (windows.py); there each paragraph and question is
 compared as a whole text, without truncation.
 """
 
 import collections
 import dataclasses
+import json
 import unicodedata
 
+from xlnet_jax import paths
+from xlnet_jax.checkpoint.hf import FINETUNE_FILE, TOKENIZER_FILE
 from xlnet_jax.data import tokenizer
 from xlnet_jax.data.normalize import normalize
 from xlnet_jax.finetune.features import pair_row
+from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.finetune.text import TextEncoder
+from xlnet_jax.training import run_config
 
 _HANGUL = ("\uac00", "\ud7a3")
 DIGIT_COMMA = "digit-comma split (transformers 5 has none)"
@@ -117,6 +123,20 @@ def _cause(hf_tokenizer, encoder, sp, texts) -> tuple[str, str]:
         hf = [unicodedata.normalize("NFC", p) for p in hf]
         return PIECES, f"ours {mine}, HF {hf} in {text[:40]!r}"
     return TRUNCATION, f"{len(texts[0][1])} + {len(texts[1][1])} pieces"
+
+
+def check_export(workdir: str, export_dir: str, data_dir: str) -> str:
+    """The Agreement's summary of AutoTokenizer from `export_dir` (export-hf of the
+    fine-tuning `workdir`) with the run, on its task's train and eval splits in `data_dir`,
+    rows as long as the run's (seq_len x num_segments)."""
+    info = json.loads((paths.as_path(workdir) / FINETUNE_FILE).read_text())
+    config = run_config.load(workdir)
+    encoder = TextEncoder(str(paths.as_path(export_dir) / TOKENIZER_FILE), **info["normalization"])
+    capacity = config.seq_len * config.get("num_segments", 1)
+    agreement = check_run(export_dir, encoder, get_task(info["task"]), data_dir, capacity)
+    if agreement is None:
+        return f"token ids not checked: the {info['task']} task's examples are not text pairs"
+    return agreement.summary()
 
 
 def check_run(
