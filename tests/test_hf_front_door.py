@@ -10,6 +10,7 @@ on text made to hold them.
 """
 
 import json
+import os
 import sys
 from unittest import mock
 
@@ -34,7 +35,7 @@ CONTEXT = (
     "the wheel and the motor turns the gear. what is here is the lake."
 )
 VOCAB = 48
-TINY = dict(d_model=32, n_layer=2, n_head=2, d_head=16, d_inner=64)
+TINY = dict(d_model=32, n_layer=1, n_head=2, d_head=16, d_inner=64)
 FLAGS = [
     "--random_weights",
     "--config.batch_size=8",
@@ -54,9 +55,22 @@ def _sentences(rng: np.random.Generator, count: int, low: int = 2, high: int = 6
     return [" ".join(rng.choice(WORDS, rng.integers(low, high))) for _ in range(count)]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """The command's persistent compilation cache, one of this module's own (SST-2's and
+    RTE's runs compile the same steps), the process's jax settings put back afterwards."""
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    saved = {name: getattr(jax.config, name) for name in names}
+    cache = str(tmp_path_factory.mktemp("xla-cache"))
+    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": cache}):
+        yield
+    for name, value in saved.items():
+        jax.config.update(name, value)
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    """An HF directory of a random 2 x 32 XLNet with a tokenizer of its own (--init_from)."""
+    """An HF directory of a random 1 x 32 XLNet with a tokenizer of its own (--init_from)."""
     root = tmp_path_factory.mktemp("source")
     text = _sentences(np.random.default_rng(0), 2000, 3, 9) + [CONTEXT] * 20
     train_tokenizer(text, str(root / "spiece.model"), VOCAB)

@@ -2,7 +2,8 @@
 
 Beside spiece.model an export gets:
   * tokenizer_config.json: do_lower_case and keep_accents (the corpus's normalisation, read
-    back by import-hf and --init_from) and the special tokens;
+    back by import-hf and --init_from), the special tokens, and model_input_names with
+    token_type_ids (transformers 5 returns only the inputs named there; XLNet needs them);
   * tokenizer.json (when the `tokenizers` package is installed): our normalisation as a
     tokenizers normaliser, then SentencePiece's own (its precompiled charsmap), and the
     vocabulary with its scores.
@@ -16,6 +17,10 @@ charsmap step leaves NFKD's Hangul jamo apart. Two consequences:
   * --keep_accents corpora: XLNetTokenizer cannot keep accents, so tokenizer_config.json
     names the generic PreTrainedTokenizerFast, which AutoTokenizer loads from tokenizer.json
     as written: our normalisation exactly.
+One step of ours no tokenizers pipeline can take: the original's digit-comma split
+(data/tokenizer.py), made after SentencePiece has chosen its pieces. transformers 4's slow
+XLNetTokenizer makes it; with transformers 5 those pieces stay whole (finetune/hf_ids.py
+counts the rows it changes).
 """
 
 import json
