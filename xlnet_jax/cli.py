@@ -430,12 +430,28 @@ def _define_export_hf(fv: flags.FlagValues) -> None:
         "what fine-tuning starts with, whatever the run pretrained with.",
         flag_values=fv,
     )
+    flags.DEFINE_string(
+        "data_dir",
+        None,
+        "A fine-tuning workdir's --data_dir: AutoTokenizer's ids of the export are compared "
+        "with the run's on its train and dev text, and the agreement printed.",
+        flag_values=fv,
+    )
 
 
 def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.checkpoint import export
 
-    print(export.export_to_hf(_single_source(args), _require(fv, "out"), fv.dropout))
+    source, out = _single_source(args), _require(fv, "out")
+    print(export.export_to_hf(source, out, fv.dropout))
+    if fv.data_dir:
+        from xlnet_jax import paths
+        from xlnet_jax.checkpoint.hf import FINETUNE_FILE
+        from xlnet_jax.finetune import hf_ids
+
+        if not (paths.as_path(source) / FINETUNE_FILE).is_file():
+            raise UsageError(f"--data_dir is for a fine-tuning workdir; {source} is not one")
+        print(hf_ids.check_export(source, out, fv.data_dir))
     return 0
 
 

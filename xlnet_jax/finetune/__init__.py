@@ -16,5 +16,6 @@
   outputs.py    eval_results.json, predictions/, submissions, finetune.json
   seeds.py      --seeds N: each result and the median
   compile.py    `compile --task_name`: the fine-tuning step for a TPU slice or GPUs
+  hf_ids.py     `export-hf --data_dir`: AutoTokenizer's ids against the run's, causes named
 Imports training, run, checkpoint, model, data, config and errors.
 """
