@@ -141,7 +141,7 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
             **rerun.run_info(inputs, random_weights),
             "tokenizer": outputs.copy_tokenizer(workdir, inputs.encoder.model_path),
         })  # fmt: skip
-        writer = MetricsWriter(workdir, drop=lambda record: record.get("step", 0) > start)
+        writer = MetricsWriter(workdir, drop=functools.partial(_redone, start, config))
         cleanup.callback(writer.close)
         progress = ProgressLine(config.num_train_steps)
         tokens = config.batch_size * math.prod(example["input_ids"].shape[1:])
@@ -205,6 +205,14 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                 "are written; the run is complete."
             )
     return results
+
+
+def _redone(start: int, config: ml_collections.ConfigDict, record: dict) -> bool:
+    """Whether a metrics.jsonl record is logged again by a run resumed at `start`: the steps
+    past it, and the final evaluation (a finished run's rerun evaluates again)."""
+    step = record.get("step", 0)
+    final = record.get("kind") == "eval" and step == config.num_train_steps
+    return step > start or final
 
 
 def _stop_evaluation(preemption: Preemption, step: int, note: Callable[[str], None]) -> None:
