@@ -156,6 +156,7 @@ RERUNS = {
     "another source": ["--init_from={source}", "started from {saved_source}"],
     "another task": ["--task_name=regression", "was fine-tuned on classification"],
     "other train data": ["training features", "data_dir {saved_data} → {data}"],
+    "not a fine-tuning": ["holds checkpoints (step 4) but no finetune.json"],
 }
 
 
@@ -170,7 +171,7 @@ def rerun_of(change: str, source, data, scores, tmp_path) -> dict:
         arguments["source"] = _other_source(source, tmp_path)
     elif change == "another task":
         arguments.update(data=scores, task="regression")
-    else:
+    elif change == "other train data":
         arguments["data"] = _other_data(data, tmp_path)
     return arguments
 
@@ -180,6 +181,8 @@ def test_a_rerun_of_another_run_is_one_line_and_changes_nothing(
     change, source, data, scores, copy, tmp_path, capsys
 ):
     rerun = rerun_of(change, source, data, scores, tmp_path)
+    if change == "not a fine-tuning":
+        (copy / "finetune.json").unlink()
     before = snapshot(copy)
     with pytest.raises(SystemExit) as exited:
         run(copy, rerun["source"], rerun["data"], *rerun["extra"], task=rerun["task"])
