@@ -6,9 +6,9 @@ describe weights the workdir does not hold. Refused, each naming the saved value
 new one: another --task_name, --init_from or --random_weights than finetune.json records;
 other training features (another train file, labels, seq_len, ...: the fingerprint the
 checkpoints were made on); a config.num_train_steps below the saved step; checkpoints
-without a finetune.json (not a fine-tuning run's workdir). The same
-command as the saved run's resumes it (a finished run is evaluated again and nothing is
-trained). A workdir without a checkpoint starts over, whatever it held.
+without a finetune.json (not a fine-tuning run's workdir). The same command as the saved
+run's resumes it (a finished run is evaluated again and nothing is trained). A workdir
+without a checkpoint starts over, whatever it held.
 """
 
 import ml_collections
