@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import difflib
 import glob
-import json
 import logging
 import os
 import sys
@@ -509,7 +508,7 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
 
         jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
     _compilation_cache()
-    from xlnet_jax.finetune import loop, prepare, seeds
+    from xlnet_jax.finetune import loop, outputs, prepare, seeds
 
     inputs = prepare.read_inputs(config, task_name, data_dir, init_from)
     with _exit_codes_of_a_stop():
@@ -519,7 +518,7 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
             record = seeds.finetune_seeds(
                 inputs, workdir, fv.seeds, random_weights=fv.random_weights
             )
-    print(json.dumps(record, indent=2))
+    print(outputs.to_json(record, indent=2))
     return 0
 
 
