@@ -25,6 +25,12 @@ from xlnet_jax.finetune.squad.windows import Window
         ("北京大学", "北京", 0, 2 / 3),  # CJK: characters, p = 1, r = 1/2
         ("北京。", "北京", 1, 1.0),  # CJK punctuation goes too
         ("서울에서", "서울", 0, 2 / 3),  # Hangul by character
+        # docs/squad.md's Korean particles: kept, each one character more
+        ("서울", "서울에서", 0, 2 / 3),  # p = 2/4, r = 1
+        ("철수", "철수는", 0, 0.8),  # p = 2/3, r = 1: 2 * 2/3 / (5/3)
+        ("3월", "3월에", 0, 0.8),  # the digit is a character too
+        ("것", "건", 0, 0.0),  # 것 + 은 contracted into one syllable
+        ("서울에서", "서울 에서", 1, 1.0),  # spaces do not count
         ("Python 3 编程", "python 3编程", 1, 1.0),  # mixed: words and characters
     ],
 )
