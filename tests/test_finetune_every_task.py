@@ -353,12 +353,8 @@ def finetune(argv: list[str], *, process: bool) -> None:
 
 
 def snapshot(workdir: pathlib.Path) -> dict[str, bytes]:
-    """Every file of a run directory but its lock, by relative path."""
-    return {
-        str(p.relative_to(workdir)): p.read_bytes()
-        for p in sorted(workdir.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
+    """Every file of a run directory (its lock too), by relative path."""
+    return {str(p.relative_to(workdir)): p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
 
 
 def check_predictions(workdir: pathlib.Path, split: str, expected: Expected) -> list[dict]:
