@@ -118,19 +118,8 @@ def test_a_finished_run_rerun_the_same_redoes_nothing_and_loses_nothing(
 ):
     before = snapshot(copy)
     assert run(copy, source, data) == 0
-    assert "Resumed from step 4" in caplog.text
-    after = snapshot(copy)
-    changed = {name for name in before if after.get(name) != before[name]}
-    assert changed == {"metrics.jsonl"}, changed  # its final evaluation, logged again
-    added = set(after) - set(before)
-    assert all(name.startswith("tensorboard/") for name in added), added  # the same again
-
-    def records(text: bytes) -> list[dict]:
-        return [
-            {k: v for k, v in json.loads(line).items() if k != "time"} for line in text.splitlines()
-        ]
-
-    assert records(after["metrics.jsonl"]) == records(before["metrics.jsonl"])
+    assert "finished at step 4" in caplog.text
+    assert snapshot(copy) == before  # nothing evaluated, logged or written again
 
 
 def _other_source(source, tmp_path):

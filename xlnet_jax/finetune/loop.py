@@ -110,6 +110,14 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
     eval_results.json, predictions/ and the task's submission files; returns the final results."""
     config: ml_collections.ConfigDict = inputs.config
     rerun.check(workdir, inputs, random_weights)
+    finished = outputs.read_final_results(workdir, config.num_train_steps)
+    if finished is not None:
+        log.info(
+            "%s finished at step %d: its results are in %s; nothing to redo (a new --workdir, "
+            "or deleting that file, evaluates again).",
+            workdir, config.num_train_steps, outputs.EVAL_RESULTS,
+        )  # fmt: skip
+        return finished
     mesh = sharding.make_mesh(config)
     if config.batch_size % sharding.num_data_shards(mesh):
         raise ConfigError(

@@ -124,3 +124,22 @@ def read_run_info(workdir: str) -> dict | None:
         raise DataError(
             f"{path}: not JSON ({e}); restore it, or start fresh with a new --workdir"
         ) from None
+
+
+def read_final_results(workdir: str, step: int) -> dict[str, dict] | None:
+    """{split: {metric: value}} of eval_results.json when it holds the final evaluation of
+    `step` (written last, after the predictions and submissions: the run is finished), with
+    each null named under "non_finite" read back as its float; None otherwise."""
+    path = paths.as_path(workdir) / EVAL_RESULTS
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError:
+        return None  # a damaged record: the run evaluates again and rewrites it
+    if saved.pop("step", None) != step:
+        return None
+    for where, what in saved.pop(NON_FINITE_KEY, {}).items():
+        split, _, metric = where.partition("/")
+        saved[split][metric] = float(json.loads(what))
+    return saved
