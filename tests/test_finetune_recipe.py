@@ -209,9 +209,9 @@ def _ours(params, grads_per_step, config) -> dict[str, np.ndarray]:
     if config.clip_scope == "replica":  # the train step clips (one replica here)
         clip = optax.clip_by_global_norm(config.clip_norm)
         grads_per_step = [clip.update(g, clip.init(g))[0] for g in grads_per_step]
-    state = tx.init(params)
+    state, update = tx.init(params), jax.jit(tx.update)
     for grads in grads_per_step:
-        updates, state = tx.update(grads, state, params)
+        updates, state = update(grads, state, params)
         params = optax.apply_updates(params, updates)
     return _flat(params)
 

@@ -50,7 +50,15 @@ def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None)
     return jnp.sum(per_feature * weight) / jnp.maximum(jnp.sum(weight), 1.0), outputs
 
 
-def replica_gradients(loss_fn: Callable, params, batch: dict, key, replicas: int, clip_norm: float):
+def replica_gradients(
+    loss_fn: Callable,
+    params,
+    batch: dict,
+    key,
+    replicas: int,
+    clip_norm: float,
+    sharding: NamedSharding | None = None,
+):
     """(loss, unclipped gradient, clipped gradient) as the original's TPU step makes them.
 
     TF1's CrossShardOptimizer (reduction MEAN) divides each replica's mean loss by the
@@ -58,16 +66,23 @@ def replica_gradients(loss_fn: Callable, params, batch: dict, key, replicas: int
     then the replicas' gradients are summed. The batch's rows split into `replicas` equal
     consecutive shares (the data-parallel devices' shares); replica r drops out with
     fold_in(key, r) (one replica: with key). loss_fn(params, rows, key) -> (loss, aux) is
-    one share's mean loss. The returned loss is the batch's weighted mean.
+    one share's mean loss. The returned loss is the batch's weighted mean. `sharding` (the
+    batch's) places share r, and its gradient, on replica r's device.
     """
-    shares = jax.tree.map(lambda x: x.reshape(replicas, -1, *x.shape[1:]), batch)
+
+    def place(tree):
+        if sharding is None:
+            return tree
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
+
+    shares = place(jax.tree.map(lambda x: x.reshape(replicas, -1, *x.shape[1:]), batch))
     if replicas == 1:
         keys = key[None]
     else:
         keys = jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(replicas))
     grad_fn = jax.value_and_grad(lambda p, rows, k: loss_fn(p, rows, k)[0])
     losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0))(params, shares, keys)
-    grads = jax.tree.map(lambda g: g / replicas, grads)
+    grads = place(jax.tree.map(lambda g: g / replicas, grads))
     clip = optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
     clipped = jax.vmap(lambda g: clip.update(g, clip.init(g))[0])(grads)
     weights = jnp.sum(shares["weight"], axis=1)
@@ -86,11 +101,13 @@ def train_step(
     schedule,
     replicas: int | None = None,
     clip_norm: float = 0.0,
+    sharding: NamedSharding | None = None,
 ):
     """One optimiser step on the batch's mean loss; a non-finite loss or gradient skips it.
 
     replicas None: tx clips the batch's gradient (clip_scope "global"); else the gradient is
-    clipped per replica share as the original's TPU step (replica_gradients).
+    clipped per replica share as the original's TPU step (replica_gradients, with the
+    batch's sharding).
     """
     dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
@@ -104,7 +121,7 @@ def train_step(
         grad_norm = optax.tree.norm(grads)
     else:
         loss, raw, grads = replica_gradients(
-            loss_fn, state.params, batch, dropout_key, replicas, clip_norm
+            loss_fn, state.params, batch, dropout_key, replicas, clip_norm, sharding
         )
         grad_norm = optax.tree.norm(raw)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -217,6 +234,7 @@ def build(
             schedule=schedule,
             replicas=replicas,
             clip_norm=config.clip_norm,
+            sharding=batch_sharding,
         ),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, replicated),
