@@ -81,7 +81,13 @@ def replica_gradients(
     else:
         keys = jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(replicas))
     grad_fn = jax.value_and_grad(lambda p, rows, k: loss_fn(p, rows, k)[0])
-    losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0))(params, shares, keys)
+    # Within a share the rows stay on its device: the model's "batch" constraints would
+    # spread the share's rows over every data device (each then computing every share).
+    rules = [
+        (name, None if name == "batch" else axes) for name, axes in nn.get_logical_axis_rules()
+    ]
+    with nn.logical_axis_rules(rules):
+        losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0))(params, shares, keys)
     grads = place(jax.tree.map(lambda g: g / replicas, grads))
     clip = optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
     clipped = jax.vmap(lambda g: clip.update(g, clip.init(g))[0])(grads)
