@@ -23,11 +23,14 @@ import pytest
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import CLS_ID, SEP_ID
 from xlnet_jax.finetune import optim
+from xlnet_jax.finetune.compile import example_batch
 from xlnet_jax.finetune.config import finetune_config
 from xlnet_jax.finetune.features import pair_row
-from xlnet_jax.finetune.program import replica_gradients
+from xlnet_jax.finetune.program import build, replica_gradients
+from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.model.qa_head import QAHead, qa_losses
 from xlnet_jax.training import optim as pretraining_optim
+from xlnet_jax.training.sharding import make_mesh
 
 N_LAYER, RATE, STEPS = 3, 0.5, 4
 CONFIG = ModelConfig(vocab_size=40, d_model=32, n_layer=2, n_head=2, d_head=16, d_inner=64)
@@ -302,3 +305,24 @@ def test_an_empty_text_b_gives_a_sep_cls():
         np.testing.assert_array_equal(ours, single)
     kept = ids[0][~mask[0]]
     assert list(kept) == [11, 12, 13, SEP_ID, CLS_ID]
+
+
+def test_replica_clipping_computes_each_share_once_on_its_device():
+    """The compiled train step on the 8 CPU devices: per-replica clipping costs about the
+    FLOPs of the global step (each device its own share), not 8 times them."""
+    flops = {}
+    for scope in ("global", "replica"):
+        config = finetune_config()
+        config.vocab_size, config.d_model, config.n_layer = 64, 32, 2
+        config.n_head, config.d_head, config.d_inner = 2, 16, 64
+        config.seq_len, config.batch_size, config.clip_scope = 16, 8, scope
+        task = get_task("classification")
+        example = example_batch(task, config)
+        program = build(config, task, ["a", "b"], make_mesh(config, jax.devices()), example)
+        with program.activate():
+            lowered = program.train_step.lower(
+                program.abstract_state, program.abstract_batch(example)
+            )
+        flops[scope] = lowered.compile().cost_analysis()["flops"]
+    assert jax.device_count() == 8
+    assert flops["replica"] <= 1.25 * flops["global"], flops
