@@ -331,7 +331,7 @@ FIELDS = (
         NUMBER,
         0.01,
         "optimiser",
-        "Decoupled weight decay (not on LayerNorm, biases, r_*_bias).",
+        "Decoupled weight decay (not on LayerNorm or biases; on r_*_bias, as the original).",
         at_least(0),
     ),
     Field("adam_b1", NUMBER, 0.9, "optimiser", "Adam beta1.", FRACTION),
@@ -467,6 +467,44 @@ FIELDS = (
         "finetune",
         "Layer l of n learns at learning_rate * rate ** (n - 1 - l); 1 disables it.",
         Range(lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    ),
+    Field(
+        "lr_layer_decay_mode",
+        STR,
+        "gradient",
+        "finetune",
+        'What the layer factors scale: "gradient" (after clipping, before Adam: the '
+        'original\'s get_train_op) or "update" (the per-layer learning rate of common '
+        "practice, a much stronger decay).",
+        one_of("gradient", "update"),
+    ),
+    Field(
+        "adam_variant",
+        STR,
+        "original",
+        "finetune",
+        "Fine-tuning's Adam: \"original\" (weight_decay 0: TF's AdamOptimizer; > 0: the "
+        'original\'s AdamWeightDecayOptimizer, no bias correction) or "adamw" (optax.adamw, '
+        "as pretraining).",
+        one_of("original", "adamw"),
+    ),
+    Field(
+        "clip_scope",
+        STR,
+        "replica",
+        "finetune",
+        'Where clip_norm applies: "replica" (each data-parallel device\'s share of the batch, '
+        'before the sum, as the original on TPU) or "global" (the whole batch\'s gradient).',
+        one_of("replica", "global"),
+    ),
+    Field(
+        "answer_class_start",
+        STR,
+        "expected",
+        "finetune",
+        'SQuAD: the start state the answer class trains on: "expected" (softmax(start) '
+        "weighted, the original's) or \"gold\" (the gold start, HF's).",
+        one_of("expected", "gold"),
     ),
     Field(
         "squad_version",

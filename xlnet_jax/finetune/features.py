@@ -31,11 +31,12 @@ def pair_row(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One example as (input_ids, seg_ids, input_mask), each [num_segments, seq_len].
 
-    Without B: A <sep> <cls>; with B: A <sep> B <sep> <cls>; both cut to fit, then padded on
-    the left to num_segments * seq_len.
+    Without B, or with an empty B: A <sep> <cls> (the original's classifier_utils tests B's
+    truth); with B: A <sep> B <sep> <cls>; both cut to fit, then padded on the left to
+    num_segments * seq_len.
     """
     capacity = seq_len * num_segments
-    if b is None:
+    if not b:
         a, b = list(a[: capacity - 2]), []
         tokens = [*a, SEP_ID, CLS_ID]
         types = [SEG_A] * (len(a) + 1) + [SEG_CLS]

@@ -1,12 +1,25 @@
-"""Fine-tuning's optimiser: pretraining's AdamW schedule with layer-wise learning-rate decay.
+"""Fine-tuning's optimiser: the original's (zihangdai/xlnet model_utils.get_train_op) by
+default, with common practice's forms as options.
 
-Layer l of n (0 the lowest) learns at learning_rate * lr_layer_decay_rate ** (n - 1 - l);
-the embedding and the head at learning_rate, the parameters the original scales being only
-its `transformer/layer_N` ones. The original multiplies the gradients by the factor, before
-Adam, whose update is nearly invariant to a gradient's scale, so its decay mostly cancels
-(only Adam's epsilon sees it); here the factor scales each layer's update (weight decay
-included), which is what the name says: the layer's learning rate.
+The original, step by step: clip the gradient (clip_norm, by global norm; with clip_scope
+"replica" the train step clips each replica's share instead, program.py), multiply the
+gradients of `transformer/layer_N` by lr_layer_decay_rate ** (n_layer - 1 - N), then Adam:
+  * weight_decay == 0: tf.train.AdamOptimizer: bias-corrected, its epsilon added to sqrt(v)
+    before the correction, lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps);
+  * weight_decay > 0: its AdamWeightDecayOptimizer: no bias correction,
+    lr * (m / (sqrt(v) + eps) + weight_decay * param), the decay on the masked parameters.
+Adam is almost invariant to a gradient's scale, so the gradient factors mostly cancel
+(only epsilon and the clipping see them). lr_layer_decay_mode "update" scales each layer's
+update instead (the per-layer learning rate of common practice, a much stronger decay);
+adam_variant "adamw" takes pretraining's optax.adamw.
+
+The layer factors reach only the stacked layer parameters. The relative biases (r_w, r_r,
+r_s) and seg_embed live under `transformer/` in the original, not under a `layer_N`, even
+when untied (then stacked [n_layer, ...]), so their factor is 1, as the embeddings' and
+the head's.
 """
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,15 +28,17 @@ import optax
 
 from xlnet_jax.training import optim
 
+GLOBAL_IN_ORIGINAL = ("rel_biases", "seg_embed")  # stacked here, global in the original
+
 
 def layer_factors(params, n_layer: int, rate: float):
-    """A tree like params: [n_layer, 1, ...] factors for the stacked layer parameters, 1.0 for
-    the rest."""
+    """A tree like params: [n_layer, 1, ...] factors for the stacked layer parameters the
+    original scales, 1.0 for the rest."""
     factors = rate ** jnp.arange(n_layer - 1, -1, -1, dtype=jnp.float32)
 
     def factor(path, leaf):
         names = [str(getattr(entry, "key", entry)) for entry in path]
-        if "layers" in names:
+        if "layers" in names and not set(names) & set(GLOBAL_IN_ORIGINAL):
             return factors.reshape((n_layer,) + (1,) * (leaf.ndim - 1))
         return jnp.ones((), jnp.float32)
 
@@ -31,7 +46,7 @@ def layer_factors(params, n_layer: int, rate: float):
 
 
 def scale_by_layer(n_layer: int, rate: float) -> optax.GradientTransformation:
-    """Multiplies each layer's update by its factor (layer_factors)."""
+    """Multiplies each layer's gradient or update (whichever it is chained on) by its factor."""
 
     def update(updates, state, params=None):
         del params
@@ -41,8 +56,59 @@ def scale_by_layer(n_layer: int, rate: float) -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
+class AdamState(NamedTuple):
+    count: jax.Array
+    mu: optax.Updates
+    nu: optax.Updates
+
+
+def original_adam(
+    schedule: optax.Schedule, b1: float, b2: float, eps: float, weight_decay: float
+) -> optax.GradientTransformation:
+    """The original's Adam (see the module docstring): TF's AdamOptimizer when weight_decay
+    is 0, its AdamWeightDecayOptimizer (decay on optim.weight_decay_mask) otherwise."""
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return AdamState(jnp.zeros((), jnp.int32), zeros, jax.tree.map(jnp.zeros_like, params))
+
+    def update(grads, state, params=None):
+        lr = schedule(state.count)
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
+        if weight_decay == 0:
+            t = (state.count + 1).astype(jnp.float32)
+            step = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+            updates = jax.tree.map(lambda m, v: -step * m / (jnp.sqrt(v) + eps), mu, nu)
+        else:
+            mask = optim.weight_decay_mask(params)
+            updates = jax.tree.map(
+                lambda m, v, p, d: -lr * (m / (jnp.sqrt(v) + eps) + weight_decay * d * p),
+                mu,
+                nu,
+                params,
+                mask,
+            )
+        return updates, AdamState(state.count + 1, mu, nu)
+
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(config: ml_collections.ConfigDict, n_layer: int) -> optax.GradientTransformation:
-    """Pretraining's optimiser, then the layer-wise factors."""
-    if config.lr_layer_decay_rate == 1.0:
-        return optim.make_optimizer(config)
-    return optim.make_optimizer(config, scale_by_layer(n_layer, config.lr_layer_decay_rate))
+    """Clip (unless the train step clips per replica), the layer factors on the gradients,
+    Adam, or the factors on the updates: as config's finetune fields say."""
+    parts = []
+    if config.clip_norm > 0 and config.clip_scope == "global":
+        parts.append(optax.clip_by_global_norm(config.clip_norm))
+    decay = config.lr_layer_decay_rate != 1.0
+    if decay and config.lr_layer_decay_mode == "gradient":
+        parts.append(scale_by_layer(n_layer, config.lr_layer_decay_rate))
+    if config.adam_variant == "original":
+        schedule = optim.learning_rate_schedule(config)
+        b1, b2, eps = config.adam_b1, config.adam_b2, config.adam_eps
+        parts.append(original_adam(schedule, b1, b2, eps, config.weight_decay))
+    else:
+        parts.append(optim.adamw(config))
+    if decay and config.lr_layer_decay_mode == "update":
+        parts.append(scale_by_layer(n_layer, config.lr_layer_decay_rate))
+    return optax.chain(*parts)

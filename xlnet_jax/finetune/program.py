@@ -50,14 +50,86 @@ def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None)
     return jnp.sum(per_feature * weight) / jnp.maximum(jnp.sum(weight), 1.0), outputs
 
 
-def train_step(state: TrainState, batch: dict, *, task, module, tx, schedule):
-    """One AdamW step on the batch's mean loss; a non-finite loss or gradient skips it."""
+def replica_gradients(
+    loss_fn: Callable,
+    params,
+    batch: dict,
+    key,
+    replicas: int,
+    clip_norm: float,
+    sharding: NamedSharding | None = None,
+):
+    """(loss, unclipped gradient, clipped gradient) as the original's TPU step makes them.
+
+    TF1's CrossShardOptimizer (reduction MEAN) divides each replica's mean loss by the
+    replica count before its gradient; get_train_op clips that gradient by global norm,
+    then the replicas' gradients are summed. The batch's rows split into `replicas` equal
+    consecutive shares (the data-parallel devices' shares); replica r drops out with
+    fold_in(key, r) (one replica: with key). loss_fn(params, rows, key) -> (loss, aux) is
+    one share's mean loss. The returned loss is the batch's weighted mean. `sharding` (the
+    batch's) places share r, and its gradient, on replica r's device.
+    """
+
+    def place(tree):
+        if sharding is None:
+            return tree
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
+
+    shares = place(jax.tree.map(lambda x: x.reshape(replicas, -1, *x.shape[1:]), batch))
+    if replicas == 1:
+        keys = key[None]
+    else:
+        keys = jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(replicas))
+    grad_fn = jax.value_and_grad(lambda p, rows, k: loss_fn(p, rows, k)[0])
+    # Within a share the rows stay on its device: the model's "batch" constraints would
+    # spread the share's rows over every data device (each then computing every share).
+    rules = [
+        (name, None if name == "batch" else axes) for name, axes in nn.get_logical_axis_rules()
+    ]
+    with nn.logical_axis_rules(rules):
+        losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0))(params, shares, keys)
+    grads = place(jax.tree.map(lambda g: g / replicas, grads))
+    clip = optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
+    clipped = jax.vmap(lambda g: clip.update(g, clip.init(g))[0])(grads)
+    weights = jnp.sum(shares["weight"], axis=1)
+    loss = jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+    total = functools.partial(jax.tree.map, lambda g: jnp.sum(g, axis=0))
+    return loss, total(grads), total(clipped)
+
+
+def train_step(
+    state: TrainState,
+    batch: dict,
+    *,
+    task,
+    module,
+    tx,
+    schedule,
+    replicas: int | None = None,
+    clip_norm: float = 0.0,
+    sharding: NamedSharding | None = None,
+):
+    """One optimiser step on the batch's mean loss; a non-finite loss or gradient skips it.
+
+    replicas None: tx clips the batch's gradient (clip_scope "global"); else the gradient is
+    clipped per replica share as the original's TPU step (replica_gradients, with the
+    batch's sharding).
+    """
     dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-    loss_fn = functools.partial(
-        _loss, task, module, batch=batch, deterministic=False, dropout_key=dropout_key
-    )
-    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    grad_norm = optax.tree.norm(grads)
+
+    def loss_fn(params, rows, key):
+        return _loss(task, module, params, rows, deterministic=False, dropout_key=key)
+
+    if replicas is None:
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, batch, dropout_key
+        )
+        grad_norm = optax.tree.norm(grads)
+    else:
+        loss, raw, grads = replica_gradients(
+            loss_fn, state.params, batch, dropout_key, replicas, clip_norm, sharding
+        )
+        grad_norm = optax.tree.norm(raw)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -132,6 +204,7 @@ def build(
     model = model_config(config)
     module = task.module(model, labels)
     tx = optim.make_optimizer(config, model.n_layer)
+    replicas = mesh.shape["data"] * mesh.shape["fsdp"] if config.clip_scope == "replica" else None
     schedule = learning_rate_schedule(config)
     rows = example["input_ids"][:1, 0]  # [1, *rows, L]: one feature's first segment
     flat = rows.reshape(-1, rows.shape[-1])[:1]
@@ -159,7 +232,16 @@ def build(
     batch_sharding = NamedSharding(mesh, P(("data", "fsdp")))
     replicated = sharding.replicated(mesh)
     step = jax.jit(
-        functools.partial(train_step, task=task, module=module, tx=tx, schedule=schedule),
+        functools.partial(
+            train_step,
+            task=task,
+            module=module,
+            tx=tx,
+            schedule=schedule,
+            replicas=replicas,
+            clip_norm=config.clip_norm,
+            sharding=batch_sharding,
+        ),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, replicated),
         donate_argnums=0,

@@ -6,8 +6,13 @@ As the original's `run_squad` (and HF's XLNetForQuestionAnswering, the same thre
     conditions on the gold start; evaluation on each of the `start_n_top` best starts, and
     keeps the `end_n_top` best ends of each.
   * answer class: dense(concat(h_start, h_cls)) -> tanh -> dropout -> one logit (no bias),
-    higher meaning "no answer". Training reads h_start at the gold start; evaluation a
-    start-probability-weighted sum of h, so each window has one `cls_logits`.
+    higher meaning "no answer". h_start is the start-probability-weighted sum of h,
+    sum_l softmax(start_logits)_l h_l, so each window has one `cls_logits`. The original
+    (function_builder.get_qa_outputs) uses it in training as in evaluation, so the
+    answer-class loss also trains the start logits; HF's XLNetForQuestionAnswering trains it
+    on h at the gold start instead (answer_class_start "gold"), which for a no-answer window
+    is <cls> itself, a shortcut evaluation never offers. Evaluation is the weighted sum in
+    both.
 The loss is the original's: (start CE + end CE) / 2 + answer-class BCE / 2. Submodule names
 follow HF's so the export is a renaming (checkpoint/hf_qa.py).
 """
@@ -19,6 +24,7 @@ import jax.numpy as jnp
 from xlnet_jax.config import ModelConfig
 
 NEG_INF = 1e30  # the original's mask value: logits * (1 - p_mask) - 1e30 * p_mask
+ANSWER_CLASS_STARTS = ("expected", "gold")  # answer_class_start: the original's, HF's
 
 
 def _masked(logits: jax.Array, p_mask: jax.Array) -> jax.Array:
@@ -81,11 +87,14 @@ class QAHead(nn.Module):
     Attributes:
       config: the model config (d_model, initializer_range, layer_norm_eps, dropout).
       start_n_top, end_n_top: the starts kept in evaluation, and the ends kept per start.
+      answer_class_start: the start state the answer class reads in training: "expected"
+        (the start-probability-weighted state, the original's) or "gold" (HF's).
     """
 
     config: ModelConfig
     start_n_top: int = 5
     end_n_top: int = 5
+    answer_class_start: str = "expected"
 
     @nn.compact
     def __call__(
@@ -119,13 +128,17 @@ class QAHead(nn.Module):
         end_head = EndLogits(self.config, name="end_logits")
         answer_class = AnswerClass(self.config, deterministic, name="answer_class")
         start_logits = _masked(StartLogits(self.config, name="start_logits")(hidden), p_mask)
+        expected_start = jnp.einsum("bld,bl->bd", hidden, jax.nn.softmax(start_logits, axis=-1))
         if start_positions is not None:
+            if self.answer_class_start not in ANSWER_CLASS_STARTS:
+                raise ValueError(f"answer_class_start: one of {ANSWER_CLASS_STARTS}")
             start_state = hidden[rows, start_positions]
             end_logits = end_head(hidden, jnp.broadcast_to(start_state[:, None], hidden.shape))
+            gold = self.answer_class_start == "gold"
             return {
                 "start_logits": start_logits,
                 "end_logits": _masked(end_logits, p_mask),
-                "cls_logits": answer_class(start_state, cls_state),
+                "cls_logits": answer_class(start_state if gold else expected_start, cls_state),
             }
         start_log_probs = jax.nn.log_softmax(start_logits, axis=-1)
         start_top_log_probs, start_top_index = jax.lax.top_k(start_log_probs, self.start_n_top)
@@ -136,14 +149,12 @@ class QAHead(nn.Module):
         )  # [B, K, L]
         end_log_probs = jax.nn.log_softmax(_masked(end_logits, p_mask[:, None]), axis=-1)
         end_top_log_probs, end_top_index = jax.lax.top_k(end_log_probs, self.end_n_top)
-        start_probs = jax.nn.softmax(start_logits, axis=-1)
-        start_state = jnp.einsum("bld,bl->bd", hidden, start_probs)
         return {
             "start_top_log_probs": start_top_log_probs,
             "start_top_index": start_top_index,
             "end_top_log_probs": end_top_log_probs,
             "end_top_index": end_top_index,
-            "cls_logits": answer_class(start_state, cls_state),
+            "cls_logits": answer_class(expected_start, cls_state),
         }
 
 

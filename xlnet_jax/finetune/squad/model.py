@@ -31,12 +31,13 @@ class SquadModel(nn.Module):
 
     Attributes:
       config: the model config.
-      start_n_top, end_n_top: as QAHead.
+      start_n_top, end_n_top, answer_class_start: as QAHead.
     """
 
     config: ModelConfig
     start_n_top: int = 5
     end_n_top: int = 5
+    answer_class_start: str = "expected"
 
     @nn.compact
     def __call__(
@@ -58,7 +59,13 @@ class SquadModel(nn.Module):
         )
         cls_index = jnp.argmax(input_ids == CLS_ID, axis=-1)
         p_mask = answer_mask(input_ids, seg_ids, input_mask)
-        head = QAHead(self.config, self.start_n_top, self.end_n_top, name="qa_head")
+        head = QAHead(
+            self.config,
+            self.start_n_top,
+            self.end_n_top,
+            self.answer_class_start,
+            name="qa_head",
+        )
         outputs = {}
         if start_positions is not None:
             outputs["train"] = head(

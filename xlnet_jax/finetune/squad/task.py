@@ -119,7 +119,8 @@ class Squad(Task):
 
     def module(self, model: ModelConfig, labels: list[str]) -> SquadModel:
         del labels
-        return SquadModel(model, self._config.start_n_top, self._config.end_n_top)
+        c = self._config
+        return SquadModel(model, c.start_n_top, c.end_n_top, c.answer_class_start)
 
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
         return qa_losses(
