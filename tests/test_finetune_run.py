@@ -108,7 +108,7 @@ def straight(tmp_path_factory, source, data):
 
 def test_a_run_leaves_results_predictions_and_metrics(straight, data):
     results = json.loads((straight / "eval_results.json").read_text())
-    assert results["step"] == 4 and set(results["dev"]) == {"accuracy", "loss"}
+    assert results["step"] == 4 and set(results["dev"]) == {"accuracy", "f1", "loss"}
     dev = [json.loads(line) for line in (straight / "predictions" / "dev.jsonl").open()]
     assert [p["index"] for p in dev] == [str(i) for i in range(12)]
     assert all(p["prediction"] in ("land", "machine") and len(p["logits"]) == 2 for p in dev)

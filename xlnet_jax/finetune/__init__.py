@@ -2,7 +2,7 @@
 
   task.py       what a task provides (read, featurize, module, loss, predictions, metrics)
   registry.py   --task_name -> its Task; tasks/ the GLUE, RACE and generic tasks
-  tsv.py        GLUE's tab-separated files, errors by line
+  tsv.py        the reading rule (UTF-8, lines, TSV rows, JSON), errors by line
   text.py       text to ids as the pretrained model saw text (normalisation + pieces)
   features.py   A <sep> B <sep> <cls> rows, padded on the left, cut into segments
   metrics.py    the official metrics (Matthews, F1, Pearson, Spearman, accuracy)

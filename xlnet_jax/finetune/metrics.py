@@ -2,9 +2,10 @@
 
 Each follows the definition the GLUE leaderboard and the original's run_classifier use
 (there through scikit-learn and scipy): Matthews correlation (CoLA), F1 of the positive
-class "1" with accuracy (MRPC, QQP), Pearson and Spearman correlation (STS-B), accuracy
-(the rest; RACE per level and over all). Written with numpy; tests compare them with
-independent computations (scipy where it has the metric).
+class "1" with accuracy (MRPC, QQP; a generic classification of two classes: F1 of its
+second class), Pearson and Spearman correlation (STS-B), accuracy (the rest; RACE per level
+and over all). Written with numpy; tests compare them with independent computations (scipy
+where it has the metric).
 """
 
 from collections.abc import Sequence
@@ -62,12 +63,15 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 # Metric sets by name: what a task reports on a labelled split.
-def classification_metrics(kind: str, gold: Sequence, predicted: Sequence) -> dict[str, float]:
-    """kind "matthews" (CoLA), "f1_accuracy" (MRPC, QQP) or "accuracy"."""
+def classification_metrics(
+    kind: str, gold: Sequence, predicted: Sequence, positive="1"
+) -> dict[str, float]:
+    """kind "matthews" (CoLA), "f1_accuracy" (MRPC, QQP; a generic task of two classes) or
+    "accuracy"; `positive` is the class whose F1 and Matthews correlation are reported."""
     if kind == "matthews":
-        return {"matthews_corr": matthews(gold, predicted)}
+        return {"matthews_corr": matthews(gold, predicted, positive)}
     if kind == "f1_accuracy":
-        return {"f1": f1(gold, predicted), "accuracy": accuracy(gold, predicted)}
+        return {"f1": f1(gold, predicted, positive), "accuracy": accuracy(gold, predicted)}
     return {"accuracy": accuracy(gold, predicted)}
 
 

@@ -2,19 +2,21 @@
 
 The version is told from the data: any `is_impossible` key, or a `version` naming 2.0, is
 SQuAD 2.0; a `version` naming 1.1 is SQuAD 1.1; otherwise `squad_version` must say
-(`check_version`). Bad
-questions (an answer whose `answer_start` does not point at its text, no id, a repeated id,
-an empty context, an answerable question without answers) are one line naming the id. A
-training set may drop them instead (`drop_bad`): the reader then says how many and which.
+(`check_version`). The file is read by the reading rule (finetune/tsv.py: UTF-8, BOM
+removed, standard JSON: NaN and Infinity refused with their line). An id may be a string
+or an integer (read as its decimal string). Bad questions (an answer whose `answer_start`
+does not point at its text, no id, a repeated id, an empty context, an answerable question
+without answers) are one line naming the id. A training set may drop them instead
+(`drop_bad`): the reader then says how many and which.
 """
 
 import dataclasses
-import json
 import sys
 
 from etils import epath
 
 from xlnet_jax.errors import DataError, MissingFileError
+from xlnet_jax.finetune import tsv
 
 VERSIONS = ("1.1", "2.0")
 
@@ -54,13 +56,9 @@ def read_squad(
         "2.0" to read it as that version.
       drop_bad: drop bad questions (printing their count and first ids) instead of refusing.
     """
-    file = epath.Path(path)
-    if not file.exists():
+    if not epath.Path(path).exists():
         raise MissingFileError(f"{path}: no such file; --data_dir must hold the SQuAD json files.")
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not a UTF-8 json file ({e}).") from None
+    data = tsv.read_json(path, "a SQuAD-format json file")
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise DataError(f'{path}: a SQuAD file is {{"data": [articles], ...}}; no "data" list.')
     version = _version(path, data, squad_version)
@@ -133,6 +131,8 @@ def _items(path: str, parent, key: str, where: str) -> list:
 def _question(qa: dict, context, version: str, seen: set, where: str) -> Question:
     """One checked Question; a DataError naming the id (or the position, without one)."""
     qid = qa.get("id")
+    if isinstance(qid, int) and not isinstance(qid, bool):
+        qid = str(qid)  # KorQuAD-style numeric ids: predictions are keyed by strings
     if not isinstance(qid, str) or not qid:
         raise DataError(f'{where}: question has no "id".')
     if qid in seen:

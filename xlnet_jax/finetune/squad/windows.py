@@ -19,6 +19,7 @@ import sentencepiece as spm
 
 from xlnet_jax.data.tokenizer import CLS_ID, PAD_ID, SEP_ID
 from xlnet_jax.errors import ConfigError
+from xlnet_jax.finetune import tsv
 from xlnet_jax.finetune.squad import offsets
 from xlnet_jax.finetune.squad.reading import Question
 
@@ -62,7 +63,8 @@ class WindowConfig:
     Attributes:
       seq_len: the window length (max_seq_length).
       doc_stride: pieces between the starts of consecutive windows.
-      max_query_length: question pieces kept (the first ones).
+      max_query_length: question pieces kept (the first ones); question_windows prints how
+        many questions were cut.
       uncased, keep_accents: the tokenizer's normalisation (the corpus's).
     """
 
@@ -116,7 +118,7 @@ def question_windows(
     """Every question's windows, in question order (a paragraph is tokenised once)."""
     config.check()
     paragraphs: dict[str, offsets.Pieces] = {}
-    windows = []
+    windows, cut = [], []
     for q, question in enumerate(questions):
         if question.context not in paragraphs:
             paragraphs[question.context] = offsets.tokenize(
@@ -124,8 +126,18 @@ def question_windows(
             )
         query = offsets.tokenize(
             sp, question.question, uncased=config.uncased, keep_accents=config.keep_accents
-        ).ids[: config.max_query_length]
-        windows += _windows(q, question, paragraphs[question.context], query, config)
+        ).ids
+        if len(query) > config.max_query_length:
+            cut.append((len(query), question.qid))
+        windows += _windows(
+            q, question, paragraphs[question.context], query[: config.max_query_length], config
+        )
+    if cut:
+        tsv.note(
+            f"SQuAD: max_query_length {config.max_query_length} cut {len(cut)} of "
+            f"{len(questions)} questions to their first pieces (longest {max(cut)[0]} pieces; "
+            f"first: question {cut[0][1]}); raise --config.max_query_length to keep them whole"
+        )
     return windows
 
 

@@ -5,6 +5,9 @@ dev have no header (label column 1, sentence 3), MNLI's texts are columns 8 and 
 label last, STS-B's columns 7 and 8 with the score last, MRPC's label first with the strings
 in 3 and 4; test files start with an index column and have no label. A header's text columns
 are checked by name (case-insensitive), so another task's folder is named as such in one line.
+Files are read by the reading rule (finetune/tsv.py). A line with too few columns is skipped
+with a printed count, as the original's processors skip it; a score that is not a finite
+number (nan, inf) is refused with its line.
 """
 
 import dataclasses
@@ -12,7 +15,7 @@ import dataclasses
 from xlnet_jax import paths
 from xlnet_jax.errors import DataError
 from xlnet_jax.finetune import tsv
-from xlnet_jax.finetune.tasks.pair import PairExample, PairTask
+from xlnet_jax.finetune.tasks.pair import PairExample, PairTask, finite_score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +66,9 @@ class GlueTask(PairTask):
         path = str(paths.as_path(data_dir) / self.files[split])
         spec = self.test_columns if split in self.test_splits else self.gold_columns
         what = f"GLUE's {self.glue_name} {split} file"
-        names, rows = tsv.read_rows(path, header=spec.header, columns=spec.columns, what=what)
+        names, rows = tsv.read_rows(
+            path, header=spec.header, columns=spec.columns, what=what, skip_short=True
+        )
         for column, expected in spec.names:
             found = names[column].strip().lower() if column < len(names) else None
             if found != expected:
@@ -80,12 +85,7 @@ class GlueTask(PairTask):
         if spec.label is not None:
             label = fields[spec.label].strip()
             if self.regression:
-                try:
-                    label = float(label)
-                except ValueError:
-                    raise DataError(
-                        f"{row.where}: score {label!r} is not a number ({self.glue_name})"
-                    ) from None
+                label = finite_score(label, row.where, f" ({self.glue_name})")
             elif label not in self.label_names:
                 raise DataError(
                     f"{row.where}: label {label!r} is not one of {list(self.label_names)} "

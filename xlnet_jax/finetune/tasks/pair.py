@@ -5,6 +5,7 @@ only in how their files are read (a subclass's `read`) and which metrics they re
 """
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -15,6 +16,7 @@ import numpy as np
 import optax
 
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.errors import DataError
 from xlnet_jax.finetune import features, metrics
 from xlnet_jax.finetune.task import Features, Task
 from xlnet_jax.finetune.text import TextEncoder
@@ -35,6 +37,21 @@ class PairExample:
     text_b: str | None
     label: str | float | None
     where: str
+
+
+def finite_score(text: str, where: str, context: str = "") -> float:
+    """A regression label read as a float; a DataError at `where` ("file:line") when it is
+    not a number or not a finite one (nan and inf would train on a non-finite loss)."""
+    try:
+        score = float(text)
+    except ValueError:
+        raise DataError(f"{where}: score {text!r} is not a number{context}") from None
+    if not math.isfinite(score):
+        raise DataError(
+            f"{where}: score {text!r} is not a finite number{context}; give the example a "
+            "real score or leave its line out"
+        )
+    return score
 
 
 class PairTask(Task):

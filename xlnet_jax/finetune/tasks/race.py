@@ -9,10 +9,15 @@ that fit. (The original appends to the article's token list in place, so that fr
 second option on its rows carry the earlier options' tokens; every row here is built anew.)
 A softmax over the four rows' logits picks the answer. Passages longer than one row are
 read through the recurrence memory (config.num_segments).
+
+Files are read by the reading rule (finetune/tsv.py: UTF-8, BOM removed, standard JSON).
+Every row keeps some of its article: a max_qa_length that could leave none is refused, and
+the rows whose question-and-option or article were cut are counted and the counts printed.
+A training question needs its answer; an evaluated split has every answer (scored) or none
+(predictions only, printed as such).
 """
 
 import dataclasses
-import json
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -23,8 +28,8 @@ import optax
 
 from xlnet_jax import paths
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.errors import DataError, MissingFileError
-from xlnet_jax.finetune import features, metrics
+from xlnet_jax.errors import ConfigError, DataError, MissingFileError
+from xlnet_jax.finetune import features, metrics, tsv
 from xlnet_jax.finetune.task import Features, Task
 from xlnet_jax.finetune.text import TextEncoder
 from xlnet_jax.model.heads import SequenceHead
@@ -46,6 +51,15 @@ class RaceExample:
     level: str
 
 
+def _strings(value, count: int | None = None) -> bool:
+    """Whether `value` is a list of strings (of `count` items when given)."""
+    return (
+        isinstance(value, list)
+        and all(isinstance(item, str) for item in value)
+        and (count is None or len(value) == count)
+    )
+
+
 def _question_examples(path: str, level: str, data: dict) -> list[RaceExample]:
     """The examples of one article file, checking its fields."""
     for key in ("article", "questions", "options"):
@@ -53,6 +67,16 @@ def _question_examples(path: str, level: str, data: dict) -> list[RaceExample]:
             raise DataError(f"{path}: no {key!r} field (expected {_LAYOUT})")
     questions, options = data["questions"], data["options"]
     answers = data.get("answers")
+    if not isinstance(data["article"], str) or not data["article"].strip():
+        raise DataError(f"{path}: the article is empty or not a string (expected {_LAYOUT})")
+    if (
+        not _strings(questions)
+        or not isinstance(options, list)
+        or (answers is not None and not isinstance(answers, list))
+    ):
+        raise DataError(
+            f"{path}: questions, options and answers must be lists (expected {_LAYOUT})"
+        )
     if len(options) != len(questions) or (answers is not None and len(answers) != len(questions)):
         raise DataError(
             f"{path}: {len(questions)} questions, {len(options)} option lists and "
@@ -60,11 +84,12 @@ def _question_examples(path: str, level: str, data: dict) -> list[RaceExample]:
         )
     examples = []
     for i, question in enumerate(questions):
-        if len(options[i]) != len(CHOICES):
-            raise DataError(f"{path}: question {i + 1} has {len(options[i])} options, expected 4")
+        if not _strings(options[i], len(CHOICES)):
+            raise DataError(f"{path}: question {i + 1} needs a list of 4 option strings, got "
+                            f"{str(options[i])[:80]}")  # fmt: skip
         label = None
         if answers is not None:
-            if answers[i] not in CHOICES:
+            if not isinstance(answers[i], str) or answers[i] not in CHOICES:
                 raise DataError(
                     f"{path}: answer {i + 1} is {answers[i]!r}, expected one of A B C D"
                 )
@@ -74,6 +99,36 @@ def _question_examples(path: str, level: str, data: dict) -> list[RaceExample]:
             RaceExample(name, data["article"], question, tuple(options[i]), label, level)
         )
     return examples
+
+
+def _check_answers(folder: str, split: str, examples: list[RaceExample]) -> None:
+    """Every question of a split has its answer, or (not train) none has: then say so."""
+    missing = [e.index for e in examples if e.label is None]
+    if not missing:
+        return
+    if split == "train" or len(missing) < len(examples):
+        need = "training needs" if split == "train" else "a split is scored only with"
+        raise DataError(
+            f"{folder}: {len(missing)} of {len(examples)} questions have no answer (first: "
+            f"{missing[0]}); {need} every answer"
+        )
+    tsv.note(f"{folder}: no question has an answer: predictions only, no accuracy")
+
+
+def _report_cuts(qa_lengths: list[int], cut_articles: int, config) -> None:
+    """Prints how many rows lost the start of their question and option (max_qa_length)
+    and how many the end of their article (seq_len x num_segments)."""
+    cut = sum(length > config.max_qa_length for length in qa_lengths)
+    if cut:
+        tsv.note(
+            f"RACE: max_qa_length {config.max_qa_length} cut the question and option of {cut} "
+            f"of {len(qa_lengths)} rows (longest {max(qa_lengths)} pieces; their start is lost)"
+        )
+    if cut_articles:
+        tsv.note(
+            f"RACE: the article was cut to fit seq_len {config.seq_len} x num_segments "
+            f"{config.num_segments} in {cut_articles} of {len(qa_lengths)} rows"
+        )
 
 
 class Race(Task):
@@ -95,17 +150,14 @@ class Race(Task):
             if not folder.is_dir():
                 raise MissingFileError(f"{folder}: not found (expected {_LAYOUT})")
             for file in sorted(folder.iterdir(), key=lambda p: p.name):
-                try:
-                    data = json.loads(file.read_text(encoding="utf-8"))
-                except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                    raise DataError(
-                        f"{file}: not a JSON object ({e}; expected {_LAYOUT})"
-                    ) from None
+                data = tsv.read_json(str(file), _LAYOUT)
                 if not isinstance(data, dict):
                     raise DataError(f"{file}: not a JSON object (expected {_LAYOUT})")
                 examples += _question_examples(str(file), level, data)
+        folder = paths.as_path(data_dir) / split
         if not examples:
-            raise DataError(f"{paths.as_path(data_dir) / split}: no questions (expected {_LAYOUT})")
+            raise DataError(f"{folder}: no questions (expected {_LAYOUT})")
+        _check_answers(str(folder), split, examples)
         return examples
 
     def featurize(
@@ -117,9 +169,15 @@ class Race(Task):
     ) -> Features:
         del labels
         capacity = config.seq_len * config.num_segments
+        if capacity - 3 - config.max_qa_length < 1:
+            raise ConfigError(
+                f"config.max_qa_length: {config.max_qa_length} leaves no room for the article in "
+                f"seq_len {config.seq_len} x num_segments {config.num_segments} (3 special "
+                f"tokens); use max_qa_length {capacity - 4} or less"
+            )
         articles = {text: None for text in (e.article for e in examples)}
         articles = dict(zip(articles, encoder.encode_many(list(articles)), strict=True))
-        rows = []
+        rows, qa_lengths, cut_articles = [], [], 0
         for example in examples:
             qas = [
                 example.question.replace("_", option) if "_" in example.question
@@ -128,10 +186,14 @@ class Race(Task):
             ]  # fmt: skip
             options = []
             for qa in encoder.encode_many(qas):
+                qa_lengths.append(len(qa))
                 qa = qa[-config.max_qa_length :]
-                context = articles[example.article][: max(capacity - 3 - len(qa), 0)]
+                article = articles[example.article]
+                context = article[: capacity - 3 - len(qa)]
+                cut_articles += len(context) < len(article)
                 options.append(features.pair_row(context, qa, config.seq_len, config.num_segments))
             rows.append(tuple(np.stack(parts, axis=1) for parts in zip(*options, strict=True)))
+        _report_cuts(qa_lengths, cut_articles, config)
         arrays = features.stack_rows(rows)
         arrays["label"] = np.array([e.label or 0 for e in examples], np.int32)
         return Features(arrays, np.arange(len(examples)))
