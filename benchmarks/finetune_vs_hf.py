@@ -126,23 +126,23 @@ def write_sst2(pages: dict[str, list], out: str, words: int) -> None:
 
 
 def nli_pairs(pages: list[tuple[str, str]], count: int, seed: int) -> list[tuple[str, str, str]]:
-    """Up to `count` (sentence1, sentence2, label) pairs, a third of each label."""
+    """`count` (sentence1, sentence2, label) pairs from pages of 3 or more sentences, the
+    labels in turn (none if fewer than two such pages)."""
     rng = np.random.default_rng(seed)
     split = [sentences(text) for _, text in pages]
     many = [s for s in split if len(s) >= 3]
     pairs = []
     for k in range(count if len(many) >= 2 else 0):
         kind = k % 3
-        first = many[rng.integers(len(many))]
+        page = int(rng.integers(len(many)))
+        first = many[page]
         i = int(rng.integers(len(first) - 2))
         if kind == 0:
             pairs.append((first[i], first[i + 1], "entailment"))
         elif kind == 1:
             pairs.append((first[i], first[int(rng.integers(i + 2, len(first)))], "neutral"))
         else:
-            other = many[rng.integers(len(many))]
-            if other is first:
-                continue
+            other = many[(page + 1 + rng.integers(len(many) - 1)) % len(many)]
             pairs.append((first[i], other[rng.integers(len(other))], "contradiction"))
     return pairs
 
