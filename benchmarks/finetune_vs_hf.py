@@ -26,7 +26,7 @@ set no layer-wise decay, weight decay 0 and float32. Both score with our officia
 HF's logits, and for SQuAD its XLNetForQuestionAnswering top-k outputs on our windows, go
 through the task's own `predict` (SQuAD: finetune/squad/postprocess.py) and `metrics`.
 
-    python benchmarks/finetune_vs_hf.py --out /tmp/vs_hf --steps 200 --seeds 3
+    python benchmarks/finetune_vs_hf.py --out /tmp/vs_hf --steps 100 --batch_size 16 --seeds 3
 """
 
 import argparse
@@ -476,9 +476,9 @@ def main(argv: list[str] | None = None) -> None:
                         "a --pretrain_steps run of configs/tiny.py made here)")  # fmt: skip
     parser.add_argument("--pretrain_steps", type=int, default=600)
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated, of these")
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--seq_len", type=int, default=64, help="rows of the GLUE tasks")
     parser.add_argument("--dropout", type=float, default=0.1)
