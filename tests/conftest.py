@@ -29,6 +29,7 @@ LONGEST_FIRST = (
     "test_multihost_faults.py",
     "test_kernel_cost.py",
     "test_finetune_run.py",
+    "test_finetune_every_task.py",
 )
 
 

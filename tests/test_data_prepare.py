@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from test_data_common import english_text, scratch, small_corpus, write_documents
 
-from xlnet_jax.data import document_keys, tfds_builder
+from xlnet_jax.data import document_keys, manifest, tfds_builder
 from xlnet_jax.data.normalize import normalize
 from xlnet_jax.data.prepare import load_manifest, manifest_fingerprint, prepare_corpus
 from xlnet_jax.data.tokenizer import SPECIAL_PIECES, load_processor
@@ -42,7 +42,7 @@ def test_manifest_records_tokenizer_inputs_and_splits():
     assert m.normalization["lowercase"] is False
     assert m.stats["tokens_per_second"] > 0
     with open(os.path.join(small_corpus(), "manifest.json")) as f:
-        assert json.load(f)["format_version"] == m.format_version == 2
+        assert json.load(f)["format_version"] == m.format_version == manifest.FORMAT_VERSION == 3
 
 
 def test_splits_hold_whole_tokenized_documents_in_corpus_order():

@@ -25,6 +25,12 @@ from xlnet_jax.finetune.squad.windows import Window
         ("北京大学", "北京", 0, 2 / 3),  # CJK: characters, p = 1, r = 1/2
         ("北京。", "北京", 1, 1.0),  # CJK punctuation goes too
         ("서울에서", "서울", 0, 2 / 3),  # Hangul by character
+        # docs/squad.md's Korean particles: kept, each one character more
+        ("서울", "서울에서", 0, 2 / 3),  # p = 2/4, r = 1
+        ("철수", "철수는", 0, 0.8),  # p = 2/3, r = 1: 2 * 2/3 / (5/3)
+        ("3월", "3월에", 0, 0.8),  # the digit is a character too
+        ("것", "건", 0, 0.0),  # 것 + 은 contracted into one syllable
+        ("서울에서", "서울 에서", 1, 1.0),  # spaces do not count
         ("Python 3 编程", "python 3编程", 1, 1.0),  # mixed: words and characters
     ],
 )
@@ -61,6 +67,66 @@ def test_threshold_and_its_search_as_the_official_script(tmp_path):
     assert result["best_exact"] == 75.0 and result["best_exact_thresh"] == -2.0
     # f1: 2 +1 (q1) = 3 at -2, -1 (q4) = 2, +0.5 (q2) = 2.5, -1 (q3): best 3 at -2
     assert result["best_f1"] == 75.0 and result["best_f1_thresh"] == -2.0
+
+
+def _written(tmp_path, predictions, null_odds):
+    """The predictions and null odds as a run writes and the official script reads them."""
+    for name, text in postprocess.prediction_files("dev", predictions, null_odds, {}):
+        (tmp_path / name).write_text(text)
+    return [json.loads((tmp_path / f"dev{s}.json").read_text()) for s in ("", "_null_odds")]
+
+
+def test_when_all_null_wins_its_threshold_gives_it_back(tmp_path):
+    """Every question null scores best (2 of 3); the official script reports threshold 0.0,
+    which answers q1 and q2 (odds <= 0) and scores 1 of 3. The written threshold, applied to
+    the written files, nulls all three."""
+    golds = {"q1": ("Paris",), "q2": (), "q3": ()}
+    predictions, null_odds = _written(
+        tmp_path, {"q1": "London", "q2": "Rome", "q3": "Oslo"}, {"q1": -3.0, "q2": -1.0, "q3": 0.5}
+    )
+    result = metric.evaluate(golds, predictions, null_odds)
+    assert result["best_f1"] == result["best_exact"] == pytest.approx(200 / 3)
+    assert result["best_f1_thresh"] < min(null_odds.values())
+    applied = metric.evaluate(golds, predictions, null_odds, result["best_f1_thresh"])
+    assert applied["f1"] == pytest.approx(result["best_f1"])
+    assert metric.evaluate(golds, predictions, null_odds, 0.0)["f1"] == pytest.approx(100 / 3)
+
+
+def _official_find_best_thresh(predictions, scores, null_odds, has_answer):
+    """evaluate-v2.0's find_best_thresh as its formulas read (written for this test)."""
+    score = best = sum(1 for qid in has_answer if not has_answer[qid])
+    thresh = 0.0
+    for qid in sorted(null_odds, key=lambda k: null_odds[k]):
+        score += scores[qid] if has_answer[qid] else -1 if predictions[qid] else 0
+        if score > best:
+            best, thresh = score, null_odds[qid]
+    return 100.0 * best / len(scores), thresh
+
+
+def test_the_searched_threshold_always_gives_its_score_back():
+    """300 random dev sets (ties in the odds, all-null wins, the rest): each best_* applied
+    at its threshold is the score; where the official threshold gives its score back (no
+    ties, not all null), ours is the same threshold and score."""
+    rng = np.random.default_rng(0)
+    texts = ["Paris", "blue whale", "whale", ""]
+    for _ in range(300):
+        n = int(rng.integers(1, 8))
+        golds = {f"q{i}": (str(rng.choice(texts[:3])),) if rng.random() < 0.5 else ()
+                 for i in range(n)}  # fmt: skip
+        predictions = {qid: str(rng.choice(texts)) for qid in golds}
+        null_odds = {qid: float(rng.integers(-3, 3)) for qid in golds}
+        result = metric.evaluate(golds, predictions, null_odds)
+        exact, f1 = metric.raw_scores(golds, predictions)
+        has_answer = {qid: bool(answers) for qid, answers in golds.items()}
+        for kind, scores in (("exact", exact), ("f1", f1)):
+            best, thresh = result[f"best_{kind}"], result[f"best_{kind}_thresh"]
+            applied = metric.evaluate(golds, predictions, null_odds, thresh)
+            assert applied[kind] == pytest.approx(best)
+            official = _official_find_best_thresh(predictions, scores, null_odds, has_answer)
+            untied = len(set(null_odds.values())) == n
+            all_null = 100.0 * sum(not a for a in has_answer.values()) / n
+            if untied and official[0] > all_null:
+                assert (best, thresh) == pytest.approx(official)
 
 
 def test_a_missing_prediction_is_one_line():

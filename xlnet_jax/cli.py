@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import difflib
 import glob
-import json
 import logging
 import os
 import sys
@@ -430,12 +429,28 @@ def _define_export_hf(fv: flags.FlagValues) -> None:
         "what fine-tuning starts with, whatever the run pretrained with.",
         flag_values=fv,
     )
+    flags.DEFINE_string(
+        "data_dir",
+        None,
+        "A fine-tuning workdir's --data_dir: AutoTokenizer's ids of the export are compared "
+        "with the run's on its train and dev text, and the agreement printed.",
+        flag_values=fv,
+    )
 
 
 def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
     from xlnet_jax.checkpoint import export
 
-    print(export.export_to_hf(_single_source(args), _require(fv, "out"), fv.dropout))
+    source, out = _single_source(args), _require(fv, "out")
+    print(export.export_to_hf(source, out, fv.dropout))
+    if fv.data_dir:
+        from xlnet_jax import paths
+        from xlnet_jax.checkpoint.hf import FINETUNE_FILE
+        from xlnet_jax.finetune import hf_ids
+
+        if not (paths.as_path(source) / FINETUNE_FILE).is_file():
+            raise UsageError(f"--data_dir is for a fine-tuning workdir; {source} is not one")
+        print(hf_ids.check_export(source, out, fv.data_dir))
     return 0
 
 
@@ -493,7 +508,7 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
 
         jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
     _compilation_cache()
-    from xlnet_jax.finetune import loop, prepare, seeds
+    from xlnet_jax.finetune import loop, outputs, prepare, seeds
 
     inputs = prepare.read_inputs(config, task_name, data_dir, init_from)
     with _exit_codes_of_a_stop():
@@ -503,7 +518,7 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
             record = seeds.finetune_seeds(
                 inputs, workdir, fv.seeds, random_weights=fv.random_weights
             )
-    print(json.dumps(record, indent=2))
+    print(outputs.to_json(record, indent=2))
     return 0
 
 

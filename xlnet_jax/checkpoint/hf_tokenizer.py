@@ -2,7 +2,8 @@
 
 Beside spiece.model an export gets:
   * tokenizer_config.json: do_lower_case and keep_accents (the corpus's normalisation, read
-    back by import-hf and --init_from) and the special tokens;
+    back by import-hf and --init_from), the special tokens, and model_input_names with
+    token_type_ids (transformers 5 returns only the inputs named there; XLNet needs them);
   * tokenizer.json (when the `tokenizers` package is installed): our normalisation as a
     tokenizers normaliser, then SentencePiece's own (its precompiled charsmap), and the
     vocabulary with its scores.
@@ -16,6 +17,10 @@ charsmap step leaves NFKD's Hangul jamo apart. Two consequences:
   * --keep_accents corpora: XLNetTokenizer cannot keep accents, so tokenizer_config.json
     names the generic PreTrainedTokenizerFast, which AutoTokenizer loads from tokenizer.json
     as written: our normalisation exactly.
+One step of ours no tokenizers pipeline can take: the original's digit-comma split
+(data/tokenizer.py), made after SentencePiece has chosen its pieces. transformers 4's slow
+XLNetTokenizer makes it; with transformers 5 those pieces stay whole (finetune/hf_ids.py
+counts the rows it changes).
 """
 
 import json
@@ -46,6 +51,9 @@ def write_tokenizer_files(
         "keep_accents": keep_accents,
         "remove_space": True,
         "padding_side": "left",
+        # transformers 5 returns token_type_ids only for the inputs named here (4.x always
+        # did); without them XLNet runs with every token in segment A.
+        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
         **{f"{name}_token": f"<{name}>" for name in ("unk", "sep", "pad", "cls", "mask")},
         "bos_token": "<s>",
         "eos_token": "</s>",
@@ -59,7 +67,10 @@ def write_tokenizer_files(
     (out / JSON_FILE).write_text(backend.to_str(pretty=True))
     if keep_accents:
         return "load the tokenizer with AutoTokenizer: XLNetTokenizer (5.23) drops accents"
-    return "XLNetTokenizer and AutoTokenizer give this corpus's ids"
+    return (
+        "XLNetTokenizer and AutoTokenizer give this corpus's ids, but where a piece ends in a "
+        "digit and ',' (the original's split, which transformers 5 cannot make)"
+    )
 
 
 def _hf_piece(piece: str, keep_accents: bool) -> str:

@@ -252,10 +252,11 @@ class _Tokenize(beam.DoFn):
 
     def setup(self):
         self._sp = spm.SentencePieceProcessor(model_proto=self._model)
+        self._splits = tokenizer.digit_comma_splits(self._sp)
 
     def process(self, element):
         key, draw, lines = element
-        ((tokens, lengths),) = tokenizer.encode_with(self._sp, [lines])
+        ((tokens, lengths),) = tokenizer.encode_with(self._sp, [lines], self._splits)
         yield key, draw, tokens, lengths
 
 

@@ -20,8 +20,12 @@ from xlnet_jax.errors import DataError
 # document (data/document_keys.py), the same on one process and on Apache Beam. A corpus of
 # format 1 (a seeded draw over the document count) has the same layout and is read as is;
 # its fingerprint is unchanged.
-FORMAT_VERSION = 2
-READABLE_FORMATS = (1, 2)
+# 3: text is encoded with the original's digit-comma split (data/tokenizer.py): a piece
+# ending in a digit and "," is split as XLNet's prepro_utils.encode_pieces does. Corpora of
+# formats 1 and 2 are read as they are (their ids are what they were); the version is in the
+# fingerprint, so a run never resumes across the change of ids unnoticed.
+FORMAT_VERSION = 3
+READABLE_FORMATS = (1, 2, 3)
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_FILE = "spm.model"
 

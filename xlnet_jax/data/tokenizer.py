@@ -8,6 +8,14 @@ HuggingFace's XLNetTokenizer agree with ours:
 <cls> <sep> <pad> <mask> <eod> are control symbols (never produced from text); <eop> is a
 user-defined symbol (matched in text), as in the original `spm_train` command.
 
+Encoding is SentencePiece's, then the original's digit-comma split (`prepro_utils.
+encode_pieces`, also transformers 4's slow XLNetTokenizer._tokenize): a piece of more than one
+character that ends in a digit and "," is replaced by the pieces of its text without the word
+mark and the comma, then ",". A piece that did not start with the word mark loses the mark
+SentencePiece puts before its first sub-piece (a lone mark is dropped; the rest is looked up
+as is, <unk> when absent). Every path that turns text into ids (pretraining's prepare, the
+fine-tuning tasks, SQuAD's windows) goes through `encode_texts`/`digit_comma_splits`.
+
 The encode functions at the bottom run in worker processes: this module imports nothing
 heavier than numpy and sentencepiece, so spawned workers start fast.
 """
@@ -126,29 +134,83 @@ def piece_tables(sp: spm.SentencePieceProcessor, rule: str) -> tuple[np.ndarray,
     return word_start, functional
 
 
+WORD_MARK = "\u2581"
+
+# A piece's id -> what the digit-comma split puts in its place: (id, characters of the
+# normalised text it covers) per sub-piece, the comma last.
+DigitCommaSplits = dict[int, tuple[tuple[int, int], ...]]
+
+
+def is_digit_comma_piece(piece: str) -> bool:
+    """Whether the original's encode_pieces re-encodes this piece: more than one character,
+    ending in a digit and ","."""
+    return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
+
+
+def digit_comma_splits(sp: spm.SentencePieceProcessor) -> DigitCommaSplits:
+    """The digit-comma split of every piece of the vocabulary it applies to (a function of
+    the piece alone, so it is worked out once per model)."""
+    splits: DigitCommaSplits = {}
+    for i in range(sp.get_piece_size()):
+        piece = sp.id_to_piece(i)
+        if sp.is_control(i) or sp.is_unknown(i) or not is_digit_comma_piece(piece):
+            continue
+        sub = sp.encode(piece[:-1].replace(WORD_MARK, ""), out_type=str)
+        if not piece.startswith(WORD_MARK) and sub and sub[0].startswith(WORD_MARK):
+            sub = sub[1:] if sub[0] == WORD_MARK else [sub[0][1:], *sub[1:]]
+        splits[i] = tuple((sp.piece_to_id(p), len(p.lstrip(WORD_MARK))) for p in [*sub, piece[-1]])
+    return splits
+
+
+def split_digit_commas(ids: list[int], splits: DigitCommaSplits) -> list[int]:
+    """`ids` with each digit-comma piece replaced by its split (the same list when none)."""
+    if not any(i in splits for i in ids):
+        return ids
+    out = []
+    for i in ids:
+        out.extend((sub for sub, _ in splits[i]) if i in splits else (i,))
+    return out
+
+
+def encode_texts(
+    sp: spm.SentencePieceProcessor, texts: list[str], splits: DigitCommaSplits
+) -> list[list[int]]:
+    """Normalised texts -> ids as the original encodes them: SentencePiece, then the
+    digit-comma split (`splits` = digit_comma_splits(sp))."""
+    encoded = sp.encode(texts, num_threads=1)  # callers parallelise across processes
+    return [split_digit_commas(ids, splits) for ids in encoded]
+
+
 _worker_sp: spm.SentencePieceProcessor | None = None
+_worker_splits: DigitCommaSplits = {}
 
 
 def init_worker(model_path: str) -> None:
-    """Loads the model once per worker process."""
-    global _worker_sp
+    """Loads the model (and its digit-comma splits) once per worker process."""
+    global _worker_sp, _worker_splits
     _worker_sp = spm.SentencePieceProcessor(model_file=model_path)
+    _worker_splits = digit_comma_splits(_worker_sp)
 
 
 def encode_documents(docs: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """encode_with(the worker's model, docs)."""
-    return encode_with(_worker_sp, docs)
+    return encode_with(_worker_sp, docs, _worker_splits)
 
 
 def encode_with(
-    sp: spm.SentencePieceProcessor, docs: list[list[str]]
+    sp: spm.SentencePieceProcessor,
+    docs: list[list[str]],
+    splits: DigitCommaSplits | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Normalised documents -> (token ids, sentence lengths) per document, int32.
+    """Normalised documents -> (token ids, sentence lengths) per document, int32, encoded by
+    encode_texts (`splits` worked out here when not given).
 
     Sentences that encode to nothing are dropped; a document left empty gives empty arrays.
     """
     flat = [s for doc in docs for s in doc]
-    encoded = sp.encode(flat, num_threads=1)  # parallel across processes instead
+    if splits is None:
+        splits = digit_comma_splits(sp)
+    encoded = encode_texts(sp, flat, splits)
     out, i = [], 0
     for doc in docs:
         pieces = [ids for ids in encoded[i : i + len(doc)] if ids]

@@ -13,8 +13,10 @@
   program.py    state on the mesh and the jitted train and predict steps
   batches.py    training batches as a function of (seed, step); evaluation batches in order
   loop.py       train, checkpoint, resume, evaluate, write results and predictions
+  rerun.py      a rerun continues its workdir's run, or is refused in one line
   outputs.py    eval_results.json, predictions/, submissions, finetune.json
   seeds.py      --seeds N: each result and the median
   compile.py    `compile --task_name`: the fine-tuning step for a TPU slice or GPUs
+  hf_ids.py     `export-hf --data_dir`: AutoTokenizer's ids against the run's, causes named
 Imports training, run, checkpoint, model, data, config and errors.
 """

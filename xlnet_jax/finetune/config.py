@@ -70,6 +70,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
             f"config.grad_accum_steps: fine-tuning takes one batch per step, got "
             f"{config.grad_accum_steps}; lower batch_size instead"
         )
+    if config.num_segments == 1 and config.mem_len > 0:
+        raise ConfigError(
+            f"config.mem_len: {config.mem_len} with config.num_segments 1 does nothing (the "
+            "memory carries one segment of a text to the next); set config.mem_len=0, or "
+            "config.num_segments > 1 for texts longer than seq_len"
+        )
     if config.num_segments > 1 and config.mem_len == 0:
         log.warning(
             "config.num_segments=%d with mem_len 0: the head sees the last segment alone "

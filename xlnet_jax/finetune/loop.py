@@ -4,14 +4,21 @@ A run in a workdir that holds checkpoints resumes from the newest intact one and
 exactly as an uninterrupted run would: the batch and the dropout of step t are functions
 of (seed, step) only (batches.py, program.py). The workdir is locked (or leased on gs://)
 as in pretraining, and no write outlives the lease. SIGTERM and Ctrl-C save at the next
-step boundary and stop, as in pretraining (training/preemption.py).
+step boundary and stop, as in pretraining (training/preemption.py); during the final
+evaluation, at the next batch: the last step is saved by then, so the run stops (exit 6, or
+130 after Ctrl-C) without writing eval_results.json, and a rerun evaluates again.
+
+A rerun that asks for another run than the workdir's checkpoints hold is refused before
+anything runs (rerun.py).
 """
 
 import contextlib
 import datetime
+import functools
 import logging
 import math
 import time
+from collections.abc import Callable
 
 import jax
 import ml_collections
@@ -21,23 +28,31 @@ from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.checkpoint.hf import encoder_params
 from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.errors import ConfigError
-from xlnet_jax.finetune import batches, outputs
+from xlnet_jax.finetune import batches, outputs, rerun
 from xlnet_jax.finetune.prepare import Inputs, Split
 from xlnet_jax.finetune.program import FinetuneProgram, build
 from xlnet_jax.run.fence import Fence
 from xlnet_jax.run.workdir import prepare_workdir
 from xlnet_jax.training import run_config, sharding
 from xlnet_jax.training.metrics import MetricsWriter
-from xlnet_jax.training.preemption import Preemption
+from xlnet_jax.training.preemption import Preemption, SavedAndInterrupted, StoppedBeforeEnd
 from xlnet_jax.training.progress import ProgressLine
 
 log = logging.getLogger(__name__)
 
 
-def predict(program: FinetuneProgram, params, split: Split, batch_size: int) -> tuple[float, list]:
-    """(mean loss, one prediction record per example) of a split, without dropout."""
+def predict(
+    program: FinetuneProgram,
+    params,
+    split: Split,
+    batch_size: int,
+    check_stop: Callable[[], None] = lambda: None,
+) -> tuple[float, list]:
+    """(mean loss, one prediction record per example) of a split, without dropout;
+    `check_stop` runs before each batch (it raises to stop)."""
     total, weight, chunks = 0.0, 0.0, []
     for batch, real in batches.eval_batches(split.features, batch_size):
+        check_stop()
         loss_sum, count, out = program.predict_step(params, program.put_batch(batch))
         total, weight = total + float(loss_sum), weight + float(count)
         chunks.append(jax.tree.map(lambda x, n=real: np.asarray(x)[:n], out))
@@ -46,13 +61,20 @@ def predict(program: FinetuneProgram, params, split: Split, batch_size: int) -> 
     return total / max(weight, 1.0), records
 
 
-def evaluate(program: FinetuneProgram, params, inputs: Inputs, workdir: str | None = None):
+def evaluate(
+    program: FinetuneProgram,
+    params,
+    inputs: Inputs,
+    workdir: str | None = None,
+    check_stop: Callable[[], None] = lambda: None,
+):
     """{split: metrics and loss} of every labelled split (the eval splits, labelled tests);
-    with `workdir`, also writes each split's predictions and its task's submission files."""
+    with `workdir`, also writes each split's predictions and its task's submission files.
+    `check_stop` runs before each batch (it raises to stop)."""
     results = {}
     splits = [*inputs.evals, *inputs.tests] if workdir else inputs.evals
     for split in splits:
-        loss, records = predict(program, params, split, program.config.batch_size)
+        loss, records = predict(program, params, split, program.config.batch_size, check_stop)
         if program.task.labelled(split.examples):
             metrics = program.task.metrics(split.examples, records)
             results[split.name] = {**metrics, "loss": loss}
@@ -77,6 +99,9 @@ def _initial_state(program: FinetuneProgram, inputs: Inputs, random_weights: boo
     host = jax.tree.map(np.asarray, encoder_params(inputs.source.params))
     pretrained = jax.device_put(host, shardings)
     log.info("Starting from the params of the %s %s.", inputs.source.kind, inputs.source.path)
+    if inputs.source.kind.startswith("fine-tuned"):
+        log.info("Its encoder only: the %s head of %s starts fresh.", program.task.head,
+                 program.task.name)  # fmt: skip
     return state.replace(params={**state.params, "transformer": pretrained})
 
 
@@ -84,6 +109,7 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
     """Fine-tunes to config.num_train_steps in `workdir` (resuming), then evaluates and writes
     eval_results.json, predictions/ and the task's submission files; returns the final results."""
     config: ml_collections.ConfigDict = inputs.config
+    rerun.check(workdir, inputs, random_weights)
     mesh = sharding.make_mesh(config)
     if config.batch_size % sharding.num_data_shards(mesh):
         raise ConfigError(
@@ -112,13 +138,10 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         fence.check()
         run_config.save(workdir, config)
         outputs.write_run_info(workdir, {
-            "task": inputs.task.name, "head": inputs.task.head, "labels": inputs.labels,
-            "init_from": inputs.source.path, "random_weights": random_weights,
+            **rerun.run_info(inputs, random_weights),
             "tokenizer": outputs.copy_tokenizer(workdir, inputs.encoder.model_path),
-            "normalization": {"uncased": inputs.encoder.uncased,
-                              "keep_accents": inputs.encoder.keep_accents},
         })  # fmt: skip
-        writer = MetricsWriter(workdir, drop=lambda record: record.get("step", 0) > start)
+        writer = MetricsWriter(workdir, drop=functools.partial(_redone, start, config))
         cleanup.callback(writer.close)
         progress = ProgressLine(config.num_train_steps)
         tokens = config.batch_size * math.prod(example["input_ids"].shape[1:])
@@ -165,7 +188,9 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                 preemption.stop(done, config.num_train_steps, progress.note)
         checkpointer.wait()
         fence.check()
-        results = evaluate(program, state.params, inputs, workdir)
+        final = config.num_train_steps
+        check_stop = functools.partial(_stop_evaluation, preemption, final, progress.note)
+        results = evaluate(program, state.params, inputs, workdir, check_stop)
         for split, result in results.items():
             writer.write(config.num_train_steps, {f"{split}/{k}": v for k, v in result.items()},
                          kind="eval")  # fmt: skip
@@ -174,7 +199,34 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         outputs.write_json(
             workdir, outputs.EVAL_RESULTS, {"step": config.num_train_steps, **results}
         )
+        if preemption.requested(final - start + 1):  # after the last batch's check
+            progress.note(
+                f"{preemption.signal_name} at the end of the final evaluation: its results "
+                "are written; the run is complete."
+            )
     return results
+
+
+def _redone(start: int, config: ml_collections.ConfigDict, record: dict) -> bool:
+    """Whether a metrics.jsonl record is logged again by a run resumed at `start`: the steps
+    past it, and the final evaluation (a finished run's rerun evaluates again)."""
+    step = record.get("step", 0)
+    final = record.get("kind") == "eval" and step == config.num_train_steps
+    return step > start or final
+
+
+def _stop_evaluation(preemption: Preemption, step: int, note: Callable[[str], None]) -> None:
+    """Stops the final evaluation after a SIGTERM or Ctrl-C (one process: the handler's flag;
+    several: the signal is seen, and said, once the evaluation has finished)."""
+    if preemption.signal_name is None:
+        return
+    note(
+        f"{preemption.signal_name} during the final evaluation: step {step} is saved, its "
+        "results are not written; rerun the same command to evaluate it."
+    )
+    if preemption.signal_name == "Ctrl-C":
+        raise SavedAndInterrupted
+    raise StoppedBeforeEnd(f"stopped in the final evaluation of step {step}")
 
 
 def _line(result: dict) -> str:

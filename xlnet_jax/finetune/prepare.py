@@ -40,7 +40,8 @@ class Split:
 @dataclasses.dataclass
 class Inputs:
     """What a run starts from: task, labels, source, tokenizer, the config with the source's
-    architecture, and the splits (train, the labelled eval splits, the test splits present).
+    architecture, the splits (train, the labelled eval splits, the test splits present) and
+    the --data_dir they were read from.
     """
 
     task: Task
@@ -51,6 +52,7 @@ class Inputs:
     train: Split
     evals: list[Split]
     tests: list[Split]
+    data_dir: str
 
     def fingerprint(self) -> str:
         """A hash of the task, labels and training features: a checkpoint is resumed only
@@ -119,4 +121,4 @@ def read_inputs(
     train = split("train")
     evals = [split(name) for name in task.eval_splits]
     tests = [split(name) for name in task.test_splits if task.has_split(data_dir, name)]
-    return Inputs(task, labels, source, encoder, config, train, evals, tests)
+    return Inputs(task, labels, source, encoder, config, train, evals, tests, data_dir)

@@ -8,6 +8,7 @@ compilation cache (the programs differ only in their initial state).
 """
 
 import logging
+import math
 import statistics
 
 from xlnet_jax import paths
@@ -20,12 +21,17 @@ log = logging.getLogger(__name__)
 SEEDS_FILE = "seeds.json"
 
 
+def median(values: list[float]) -> float:
+    """The median; NaN if a value is not finite (a NaN has no place in an order)."""
+    return statistics.median(values) if all(map(math.isfinite, values)) else math.nan
+
+
 def median_results(per_seed: dict[int, dict[str, dict]]) -> dict[str, dict[str, float]]:
     """{split: {metric: median over the seeds}}."""
     first = next(iter(per_seed.values()))
     return {
         split: {
-            metric: statistics.median(result[split][metric] for result in per_seed.values())
+            metric: median([result[split][metric] for result in per_seed.values()])
             for metric in metrics
         }
         for split, metrics in first.items()

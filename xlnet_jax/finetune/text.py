@@ -1,4 +1,5 @@
-"""Text to token ids as the pretrained model saw text: its normalisation, then its pieces."""
+"""Text to token ids as the pretrained model saw text: its normalisation, then its pieces
+(SentencePiece's, with the original's digit-comma split: data/tokenizer.py)."""
 
 import dataclasses
 
@@ -22,6 +23,7 @@ class TextEncoder:
     def __post_init__(self):
         self._sp = tokenizer.load_processor(self.model_path)
         tokenizer.check_special_ids(self._sp, self.model_path)
+        self._splits = tokenizer.digit_comma_splits(self._sp)
 
     @property
     def vocab_size(self) -> int:
@@ -29,13 +31,11 @@ class TextEncoder:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of one text (no special tokens)."""
-        return self._sp.encode(
-            normalize(text, uncased=self.uncased, keep_accents=self.keep_accents)
-        )
+        return self.encode_many([text])[0]
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """encode() of each text, in one SentencePiece call."""
         normalized = [
             normalize(t, uncased=self.uncased, keep_accents=self.keep_accents) for t in texts
         ]
-        return self._sp.encode(normalized, num_threads=1)
+        return tokenizer.encode_texts(self._sp, normalized, self._splits)

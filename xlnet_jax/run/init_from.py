@@ -2,9 +2,11 @@
 
 PATH (local or gs://) is an HF XLNetLMHeadModel directory (as `import-hf` reads it:
 model.safetensors, or a weights-only pytorch_model.bin), an `import-hf` output
-(params.safetensors), or another run's workdir (its newest checkpoint). Only the params
-are taken: the step, the optimizer state and the recurrence memory start fresh, as in any
-new run.
+(params.safetensors), or another run's workdir (its newest checkpoint). A fine-tuning
+workdir (finetune.json) gives its encoder alone, with the tokenizer it copied, for
+`finetune --init_from` (continue on another task); it has no LM head to pretrain from.
+Only the params are taken: the step, the optimizer state and the recurrence memory start
+fresh, as in any new run.
 
 The config's architecture fields must equal the source's (the error names each one).
 The source's tokenizer, when it has one (an HF directory's or a params directory's
@@ -17,6 +19,7 @@ corpus manifest): the same vocabulary sees other text under another one.
 """
 
 import dataclasses
+import json
 import logging
 
 import jax
@@ -40,9 +43,9 @@ class Source:
     """Params to start from: where they come from, their model config and tokenizer."""
 
     path: str
-    kind: str  # "HF directory", "params directory" or "workdir"
+    kind: str  # "HF directory", "params directory", "workdir" or "fine-tuned (TASK) workdir"
     model: ModelConfig
-    params: dict
+    params: dict  # XLNetLM's; a fine-tuned workdir's encoder ("transformer")
     tokenizer: str | None
     normalization: dict | None = None  # {"keep_accents", "uncased"}, with the tokenizer
     step: int | None = None  # a workdir's checkpoint step
@@ -56,6 +59,8 @@ def load_source(path: str) -> Source:
         raise ConfigError(f"--init_from {path}: no such directory.")
     if (root / "checkpoints").is_dir():
         config, params, step = load_trained_params(path)
+        if (root / hf.FINETUNE_FILE).is_file():
+            return _finetuned_source(path, config, params, step)
         tokenizer = normalization = None
         if config.corpus_dir and (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
             corpus = load_manifest(config.corpus_dir)
@@ -72,6 +77,23 @@ def load_source(path: str) -> Source:
     if tokenizer is None:
         return Source(path, kind, model, params, None)
     return Source(path, kind, model, params, tokenizer, spm_source.read_settings(root))
+
+
+def _finetuned_source(
+    path: str, config: ml_collections.ConfigDict, params: dict, step: int
+) -> Source:
+    """A fine-tuning workdir as a source: its encoder (the task's head is left behind), the
+    tokenizer it copied (spiece.model) and the normalisation finetune.json records."""
+    root = paths.as_path(path)
+    try:
+        info = json.loads((root / hf.FINETUNE_FILE).read_text())
+    except ValueError as e:
+        raise DataError(f"{root / hf.FINETUNE_FILE}: not JSON ({e})") from None
+    tokenizer = spm_source.find_spm_model(root)
+    normalization = info.get("normalization") if tokenizer else None
+    model = ModelConfig.from_config(config)
+    kind = f"fine-tuned ({info.get('task', 'a task')}) workdir"
+    return Source(path, kind, model, params["transformer"], tokenizer, normalization, step)
 
 
 def check_source(source: Source, config: ml_collections.ConfigDict, manifest: Manifest) -> None:

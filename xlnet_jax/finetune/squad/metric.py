@@ -5,7 +5,8 @@ the articles a/an/the removed, whitespace collapsed. EM is equality of the norma
 F1 the overlap of their token bags, each the maximum over the gold answers; an unanswerable
 question's only gold answer is ''. A question is predicted unanswerable when its null odds
 exceed `na_prob_thresh` (the official default 1.0); `best_exact`/`best_f1` search the
-threshold that maximises each (the official `find_best_thresh`).
+threshold that maximises each (the official `find_best_thresh`, whose threshold here always
+gives its score back: see `best_threshold`).
 
 CJK rule (CMRC 2018's and KorQuAD's evaluations score characters): in a text holding any Han,
 Hiragana, Katakana or Hangul character, each such character is one token, and all Unicode
@@ -88,17 +89,28 @@ def best_threshold(
     null_odds: dict[str, float],
     has_answer: dict[str, bool],
 ) -> tuple[float, float]:
-    """(best score in %, its threshold): official find_best_thresh, null odds ascending."""
+    """(best score in %, its threshold): the official find_best_thresh's search, with a
+    threshold that gives the best score back when applied (null when the odds exceed it).
+
+    The search starts from every question null and answers the questions by null odds
+    ascending; the threshold at a question's odds answers it and those below. Where the
+    official threshold would not give its score back, this one differs:
+    - every question null scores best: the official reports 0.0, which answers each question
+      of odds <= 0 (XLNet's odds are logits, often negative); here it is the lowest odds
+      less 1, which every question's odds exceed.
+    - questions of equal odds are answered together (the official may stop inside a tie,
+      at a score no threshold gives).
+    """
     current = best = sum(1 for qid in has_answer if not has_answer[qid])
-    thresh = 0.0
-    for qid in sorted(null_odds, key=lambda k: null_odds[k]):
-        if qid not in scores:
-            continue
+    ranked = sorted((qid for qid in null_odds if qid in scores), key=lambda k: null_odds[k])
+    thresh = null_odds[ranked[0]] - 1.0 if ranked else 0.0
+    for i, qid in enumerate(ranked):
         if has_answer[qid]:
             current += scores[qid]
         elif predictions[qid]:
             current -= 1
-        if current > best:
+        tied = i + 1 < len(ranked) and null_odds[ranked[i + 1]] == null_odds[qid]
+        if current > best and not tied:
             best, thresh = current, null_odds[qid]
     return 100.0 * best / len(scores), thresh
 

@@ -15,6 +15,7 @@ import unicodedata
 import numpy as np
 import sentencepiece as spm
 
+from xlnet_jax.data import tokenizer
 from xlnet_jax.data.normalize import CONTROL_CHARS, normalize
 
 # (character, original start, original end) of one normalised character.
@@ -123,21 +124,40 @@ class Pieces:
 
 
 def tokenize(
-    sp: spm.SentencePieceProcessor, text: str, *, uncased: bool, keep_accents: bool = False
+    sp: spm.SentencePieceProcessor,
+    text: str,
+    *,
+    uncased: bool,
+    keep_accents: bool = False,
+    splits: tokenizer.DigitCommaSplits | None = None,
 ) -> Pieces:
-    """`text` normalised and encoded as pretraining encodes it, with each piece's span in `text`."""
+    """`text` normalised and encoded as pretraining encodes it (SentencePiece, then the
+    digit-comma split: `splits` = tokenizer.digit_comma_splits(sp), worked out here when not
+    given), with each piece's span in `text`."""
+    if splits is None:
+        splits = tokenizer.digit_comma_splits(sp)
     normalized, start, end = normalize_with_spans(text, uncased=uncased, keep_accents=keep_accents)
     encoded = sp.encode(normalized, return_type="proto")
-    pieces = encoded.pieces
-    ids = np.array([p.id for p in pieces], dtype=np.int32)
     byte_lengths = np.array([len(c.encode("utf-8")) for c in normalized], dtype=np.int64)
     # char_at[b]: the normalised character that byte b belongs to (one past the end: len).
     char_at = np.append(np.repeat(np.arange(len(normalized)), byte_lengths), len(normalized))
-    piece_start = np.empty(len(pieces), dtype=np.int64)
-    piece_end = np.empty(len(pieces), dtype=np.int64)
-    after = np.append(start, len(text))  # original position of each normalised char, and the end
-    for n, piece in enumerate(pieces):
+    spans = []  # (id, first normalised character, one past the last)
+    for piece in encoded.pieces:
         first, stop = int(char_at[piece.begin]), int(char_at[piece.end])
+        if piece.id not in splits:
+            spans.append((piece.id, first, stop))
+            continue
+        # the sub-pieces' characters end the piece's span (the comma last); the first
+        # sub-piece also covers what comes before them (the space of a word mark)
+        position = stop - sum(length for _, length in splits[piece.id])
+        for k, (sub_id, length) in enumerate(splits[piece.id]):
+            spans.append((sub_id, first if k == 0 else position, position + length))
+            position += length
+    ids = np.array([i for i, _, _ in spans], dtype=np.int32)
+    piece_start = np.empty(len(spans), dtype=np.int64)
+    piece_end = np.empty(len(spans), dtype=np.int64)
+    after = np.append(start, len(text))  # original position of each normalised char, and the end
+    for n, (_, first, stop) in enumerate(spans):
         while first < stop and normalized[first].isspace():
             first += 1
         if first < stop:

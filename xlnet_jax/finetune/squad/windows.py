@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 import sentencepiece as spm
 
+from xlnet_jax.data import tokenizer
 from xlnet_jax.data.tokenizer import CLS_ID, PAD_ID, SEP_ID
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.finetune import tsv
@@ -118,14 +119,23 @@ def question_windows(
     """Every question's windows, in question order (a paragraph is tokenised once)."""
     config.check()
     paragraphs: dict[str, offsets.Pieces] = {}
+    splits = tokenizer.digit_comma_splits(sp)
     windows, cut = [], []
     for q, question in enumerate(questions):
         if question.context not in paragraphs:
             paragraphs[question.context] = offsets.tokenize(
-                sp, question.context, uncased=config.uncased, keep_accents=config.keep_accents
+                sp,
+                question.context,
+                uncased=config.uncased,
+                keep_accents=config.keep_accents,
+                splits=splits,
             )
         query = offsets.tokenize(
-            sp, question.question, uncased=config.uncased, keep_accents=config.keep_accents
+            sp,
+            question.question,
+            uncased=config.uncased,
+            keep_accents=config.keep_accents,
+            splits=splits,
         ).ids
         if len(query) > config.max_query_length:
             cut.append((len(query), question.qid))
