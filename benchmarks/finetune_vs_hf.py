@@ -273,7 +273,7 @@ def ours(args, task: str, data_dir: str, init_from: str, seeds: list[int]) -> li
     tokens = args.batch_size * load_config(preset, fields).seq_len
     runs = []
     for seed in seeds:
-        run = os.path.join(workdir, f"seed_{seed}")
+        run = workdir if len(seeds) == 1 else os.path.join(workdir, f"seed_{seed}")
         records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
         times = [r["step_time"] for r in records if "step_time" in r][1:]  # past the compile
         results = json.load(open(os.path.join(run, "eval_results.json")))
