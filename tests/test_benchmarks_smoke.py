@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from test_data_common import scratch, small_corpus
 
@@ -95,3 +96,44 @@ def test_corpus_scale_prints_its_table(env: dict):
     ]
     assert sum("local bytes per process" in line for line in table) == 3
     assert sum(line.startswith("| projection: ") for line in table) == 2
+
+
+def test_finetune_vs_hf_writes_official_layouts():
+    """benchmarks/finetune_vs_hf.py's task files, from pages of made-up sentences, read back
+    through our GLUE readers (SST-2, MNLI's three splits, STS-B) with the labels it meant:
+    section 1 -> "1", section 3 -> "0"; the three NLI labels in equal thirds; the STS-B score
+    5 * (1 - share of sentence1's words replaced)."""
+    sys.path.insert(0, os.path.dirname(BENCHMARKS))
+    from benchmarks import finetune_vs_hf as vs_hf
+    from xlnet_jax.finetune.registry import get_task
+
+    rng = np.random.default_rng(0)
+    words = [f"w{k}" for k in range(300)]
+
+    def page(n: int, section: str) -> tuple[str, str]:
+        text = ". ".join(" ".join(rng.choice(words, 8)) for _ in range(5)) + "."
+        return f"page{section}_{n}.{section}.gz", text
+
+    pages = {s: [page(n, s) for n in range(30)] for s in ("1", "3", "7", "8")}
+    root = scratch("vs-hf")
+    vs_hf.write_sst2(pages, os.path.join(root, "sst-2"), words=20)
+    vs_hf.write_mnli(pages, os.path.join(root, "mnli"), count=60)
+    vs_hf.write_stsb(pages, os.path.join(root, "sts-b"), count=60)
+
+    sst2 = get_task("sst-2")
+    examples = sst2.read(os.path.join(root, "sst-2"), "train") + sst2.read(
+        os.path.join(root, "sst-2"), "dev"
+    )
+    assert len(examples) == 60
+    by_text = {text.split(".")[0]: s for s, group in pages.items() for _, text in group}
+    for e in examples:
+        first = " ".join(e.text_a.split()[:8]).rstrip(".")
+        assert e.label == {"1": "1", "3": "0"}[by_text[first]], e
+    mnli = get_task("mnli")
+    for split, size in (("train", 60), ("dev_matched", 15), ("dev_mismatched", 15)):
+        labels = [e.label for e in mnli.read(os.path.join(root, "mnli"), split)]
+        assert len(labels) == size and labels.count("entailment") == size // 3, (split, labels)
+    for e in get_task("sts-b").read(os.path.join(root, "sts-b"), "train"):
+        a, b = e.text_a.split(), e.text_b.split()
+        kept = sum(x == y for x, y in zip(a, b, strict=True))
+        assert kept >= round(len(a) * e.label / 5), e  # a replacement may draw the same word
