@@ -244,6 +244,11 @@ def settings(args: argparse.Namespace, task: str) -> dict[str, object]:
         "dropout": args.dropout,
         "dropatt": args.dropout,
         "dtype": "float32",
+        # HF's recipe on our side too, so the two stacks train the same way: the answer class
+        # on the gold start, optax's AdamW (torch's), one clip of the whole batch's gradient.
+        "answer_class_start": "gold",
+        "adam_variant": "adamw",
+        "clip_scope": "global",
         **({} if task == "squad" else {"seq_len": args.seq_len}),
     }
 
@@ -411,7 +416,8 @@ def _hf_evaluate(model, task: str, inputs, split) -> dict[str, float]:
 
 def _hf_outputs(task: str, out, hf_config) -> dict[str, np.ndarray]:
     """HF's outputs as our task's `predict` reads them. XLNetForQuestionAnswering flattens
-    its end top-k as [end_n_top, start_n_top] per row; ours is [start_n_top, end_n_top]."""
+    its end top-k as [end_n_top, start_n_top] per row (ours: [start_n_top, end_n_top]), and
+    its *_log_probs are probabilities (ours: log probabilities)."""
     if task != "squad":
         return {"logits": out.logits.numpy()}
     k_start, k_end = hf_config.start_n_top, hf_config.end_n_top
@@ -420,9 +426,9 @@ def _hf_outputs(task: str, out, hf_config) -> dict[str, np.ndarray]:
         return x.numpy().reshape(-1, k_end, k_start).transpose(0, 2, 1)
 
     return {
-        "start_top_log_probs": out.start_top_log_probs.numpy(),
+        "start_top_log_probs": np.log(out.start_top_log_probs.numpy()),
         "start_top_index": out.start_top_index.numpy(),
-        "end_top_log_probs": ends(out.end_top_log_probs),
+        "end_top_log_probs": np.log(ends(out.end_top_log_probs)),
         "end_top_index": ends(out.end_top_index),
         "cls_logits": out.cls_logits.numpy(),
     }
