@@ -28,10 +28,8 @@ import jax
 import numpy as np
 import pytest
 
+from tests import finetune_source
 from xlnet_jax import cli
-from xlnet_jax.checkpoint import hf
-from xlnet_jax.config import ModelConfig
-from xlnet_jax.data.tokenizer import train_tokenizer
 from xlnet_jax.finetune.registry import TASKS
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -315,27 +313,18 @@ BY_PROCESS = "mnli"  # the task run as a real process of the console script
 
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
-    """The module's own persistent compilation cache, the process's settings put back
-    afterwards: each head's steps compile once for all its tasks."""
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    saved = {name: getattr(jax.config, name) for name in names}
-    cache = str(tmp_path_factory.mktemp("xla-cache"))
-    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": cache}):
+    """The module's own compilation cache: each head's steps compile once for all its tasks."""
+    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
         yield
-    for name, value in saved.items():
-        jax.config.update(name, value)
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> pathlib.Path:
-    """An HF directory of a 1 x 32 XLNet and a 40-piece tokenizer of WORDS."""
-    root = tmp_path_factory.mktemp("source")
+    """An HF directory of a 1 x 32 XLNet (zero weights) and a 40-piece tokenizer of WORDS."""
     rng = np.random.default_rng(0)
-    train_tokenizer([_text(rng) for _ in range(2000)], str(root / "spiece.model"), VOCAB)
-    config = ModelConfig(vocab_size=VOCAB, **TINY)
-    params = jax.tree.map(lambda s: np.zeros(s.shape, np.float32), hf.param_shapes(config))
-    hf.save_hf(root, config, params)
-    return root
+    texts = [_text(rng) for _ in range(2000)]
+    root = tmp_path_factory.mktemp("source")
+    return finetune_source.write_source(root, texts, VOCAB, TINY, scale=0.0)
 
 
 def finetune(argv: list[str], *, process: bool) -> None:

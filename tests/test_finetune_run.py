@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests import finetune_source
 from xlnet_jax import cli
-from xlnet_jax.checkpoint import hf
 from xlnet_jax.checkpoint.reader import read_checkpoint
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import train_tokenizer
@@ -50,30 +50,17 @@ def _sentences(rng: np.random.Generator, count: int) -> list[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
-    """The command turns on a persistent compilation cache (as `train` does): here one of
-    this module's own, the process's settings put back afterwards (a resume's compile then
-    comes from it, as a user's would)."""
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    saved = {name: getattr(jax.config, name) for name in names}
-    cache = str(tmp_path_factory.mktemp("xla-cache"))
-    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": cache}):
+    """The module's own compilation cache (a resume's compile then comes from it)."""
+    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
         yield
-    for name, value in saved.items():
-        jax.config.update(name, value)
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     """An HF directory of a random 2 x 32 XLNet with a 40-piece tokenizer of its own."""
+    texts = _sentences(np.random.default_rng(0), 2000)
     root = tmp_path_factory.mktemp("source")
-    train_tokenizer(_sentences(np.random.default_rng(0), 2000), str(root / "spiece.model"), VOCAB)
-    config = ModelConfig(vocab_size=VOCAB, **TINY)
-    rng = np.random.default_rng(1)
-    params = jax.tree.map(
-        lambda s: rng.normal(0, 0.05, s.shape).astype(np.float32), hf.param_shapes(config)
-    )
-    hf.save_hf(root, config, params)
-    return root
+    return finetune_source.write_source(root, texts, VOCAB, TINY, scale=0.05)
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,17 @@ on text made to hold them.
 """
 
 import json
-import os
 import sys
 from unittest import mock
 
-import jax
 import numpy as np
 import pytest
 import torch
 import transformers
 
+from tests import finetune_source
 from xlnet_jax import cli
-from xlnet_jax.checkpoint import hf, hf_tokenizer
-from xlnet_jax.config import ModelConfig
+from xlnet_jax.checkpoint import hf_tokenizer
 from xlnet_jax.data.tokenizer import train_tokenizer
 from xlnet_jax.finetune import hf_ids
 from xlnet_jax.finetune.registry import get_task
@@ -57,30 +55,17 @@ def _sentences(rng: np.random.Generator, count: int, low: int = 2, high: int = 6
 
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
-    """The command's persistent compilation cache, one of this module's own (SST-2's and
-    RTE's runs compile the same steps), the process's jax settings put back afterwards."""
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    saved = {name: getattr(jax.config, name) for name in names}
-    cache = str(tmp_path_factory.mktemp("xla-cache"))
-    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": cache}):
+    """The module's own compilation cache (SST-2's and RTE's runs compile the same steps)."""
+    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
         yield
-    for name, value in saved.items():
-        jax.config.update(name, value)
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     """An HF directory of a random 1 x 32 XLNet with a tokenizer of its own (--init_from)."""
+    texts = _sentences(np.random.default_rng(0), 2000, 3, 9) + [CONTEXT] * 20
     root = tmp_path_factory.mktemp("source")
-    text = _sentences(np.random.default_rng(0), 2000, 3, 9) + [CONTEXT] * 20
-    train_tokenizer(text, str(root / "spiece.model"), VOCAB)
-    config = ModelConfig(vocab_size=VOCAB, **TINY)
-    rng = np.random.default_rng(1)
-    params = jax.tree.map(
-        lambda s: rng.normal(0, 0.05, s.shape).astype(np.float32), hf.param_shapes(config)
-    )
-    hf.save_hf(root, config, params)
-    return root
+    return finetune_source.write_source(root, texts, VOCAB, TINY, scale=0.05)
 
 
 def _write_glue(root, name: str, header: str, rows: list[str]) -> None:

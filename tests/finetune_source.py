@@ -1,0 +1,43 @@
+"""What the fine-tuning command tests share: an `--init_from` directory of a small random
+XLNet with a tokenizer of its own, and a module's own persistent compilation cache."""
+
+import contextlib
+import os
+import pathlib
+from collections.abc import Iterator, Sequence
+from unittest import mock
+
+import jax
+import numpy as np
+
+from xlnet_jax.checkpoint import hf
+from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.tokenizer import train_tokenizer
+
+
+def write_source(
+    root: pathlib.Path, texts: Sequence[str], vocab_size: int, shape: dict, *, scale: float
+) -> pathlib.Path:
+    """An HF directory at `root`: a SentencePiece model of `vocab_size` pieces trained on
+    `texts`, and an XLNet of `shape` with normal(0, scale) weights (zeros for scale 0)."""
+    train_tokenizer(list(texts), str(root / "spiece.model"), vocab_size)
+    config = ModelConfig(vocab_size=vocab_size, **shape)
+    rng = np.random.default_rng(1)
+    params = jax.tree.map(
+        lambda s: rng.normal(0, scale, s.shape).astype(np.float32), hf.param_shapes(config)
+    )
+    hf.save_hf(root, config, params)
+    return root
+
+
+@contextlib.contextmanager
+def own_compilation_cache(directory: pathlib.Path) -> Iterator[None]:
+    """The command's persistent compilation cache (it turns one on, as `train` does) in
+    `directory`, and the process's jax cache settings put back afterwards: the runs of one
+    module compile each program once, as a user's resumed run would."""
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    saved = {name: getattr(jax.config, name) for name in names}
+    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": str(directory)}):
+        yield
+    for name, value in saved.items():
+        jax.config.update(name, value)
