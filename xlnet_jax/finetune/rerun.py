@@ -7,8 +7,8 @@ new one: another --task_name, --init_from or --random_weights than finetune.json
 other training features (another train file, labels, seq_len, ...: the fingerprint the
 checkpoints were made on); a config.num_train_steps below the saved step; checkpoints
 without a finetune.json (not a fine-tuning run's workdir). The same command as the saved
-run's resumes it (a finished run is evaluated again and nothing is trained). A workdir
-without a checkpoint starts over, whatever it held.
+run's resumes it (a finished one does nothing: loop.finetune returns its saved results).
+A workdir without a checkpoint starts over, whatever it held.
 """
 
 import ml_collections
