@@ -30,6 +30,9 @@ VENV_BIN = Path(sys.executable).parent  # the quick start's .venv, where the sui
 RUN_HERE = ("xlnet-jax --help",)
 # (first words, why not here and what covers it) for every other command of a bash block.
 NOT_RUN_HERE = {
+    "python benchmarks/finetune_vs_hf.py --out demo/vs_hf --init_from demo/run --steps 100 "
+    "--batch_size 16 --seeds 3": "fine-tunes 24 runs (27 minutes on 2 cores); "
+    "tests/test_benchmarks_smoke.py reads its files back through the GLUE readers",
     "bash scripts/demo.sh": "trains tiny for minutes; its numbers are the README's Demo "
     "result, and tests/test_own_text.py runs prepare -> train -> eval the same way",
     "bash scripts/test.sh": "is this suite (.ci/run runs it on a fresh clone)",
