@@ -212,12 +212,20 @@ def test_squad_from_raw_text_gives_the_runs_answers_and_null_odds(squad_run, squ
     for record in ours:
         qid = record["id"]
         assert abs(null_odds[qid] - record["null_odds"]) <= 1e-5, (qid, null_odds, record)
-        # the same n-best texts and scores (float32 rounding apart); so the same prediction
-        # unless two texts' scores tie within that rounding
+        # the same n-best scores, and the same text for each (float32 rounding apart); a text
+        # only one side keeps must tie, within that rounding, with one only the other keeps
+        # (random weights make two "." pieces' starts near-equal: either may fill the last
+        # n-best place); so the same prediction unless two texts' scores tie
         theirs = {e["text"]: e["start_log_prob"] + e["end_log_prob"] for e in nbest[qid]}
         mine = {e["text"]: e["start_log_prob"] + e["end_log_prob"] for e in record["nbest"]}
-        assert theirs.keys() == mine.keys(), (qid, theirs, mine)
-        assert all(abs(theirs[t] - mine[t]) <= 1e-5 for t in mine), (qid, theirs, mine)
+        assert len(theirs) == len(mine), (qid, theirs, mine)
+        assert np.allclose(sorted(theirs.values()), sorted(mine.values()), rtol=0, atol=1e-5), (
+            qid, theirs, mine
+        )  # fmt: skip
+        assert all(abs(theirs[t] - mine[t]) <= 1e-5 for t in mine.keys() & theirs.keys()), (
+            qid, theirs, mine
+        )  # fmt: skip
+        assert len(mine.keys() - theirs.keys()) <= 1, (qid, theirs, mine)
         best = max(mine[t] for t in mine if t)
         assert predictions[qid] == record["prediction"] or mine[predictions[qid]] >= best - 1e-5
 
