@@ -1,8 +1,11 @@
-"""Test setup: 8 simulated CPU devices and float32 matmuls, before jax is imported."""
+"""Test setup: 8 simulated CPU devices, quick compiles (tests/xla_flags.py) and float32
+matmuls, before jax is imported."""
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests.xla_flags import FAST_COMPILE  # noqa: E402
+
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # gcsfs picks its filesystem class at import: without the gRPC bucket-type probe, which the
 # local GCS emulator (tests/gcs_emulator.py) lacks.

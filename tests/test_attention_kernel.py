@@ -127,10 +127,6 @@ def run_layer(module, params, shared, inputs, rows):
     return module.apply({"params": params}, *inputs, *rows, biases, rngs={"dropout": DROPOUT_KEY})
 
 
-# Unoptimised CPU code: these programs run for milliseconds, XLA's passes would take seconds.
-FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-
-
 def max_rel_error(got, want) -> float:
     """max |got - want| / max |want| over the non-empty leaves of a pytree."""
     pairs = zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
@@ -156,9 +152,7 @@ def assert_kernel_matches_xla(case: Case, dropatt: float = 0.0):
         loss = sum(jnp.sum(o * c) for o, c in zip(out, cotangent, strict=True))
         return loss, out
 
-    grad = jax.jit(
-        jax.grad(loss_and_out, argnums=(0, 1, 2), has_aux=True), compiler_options=FAST_COMPILE
-    )
+    grad = jax.jit(jax.grad(loss_and_out, argnums=(0, 1, 2), has_aux=True))
     got_grads, got_out = grad(params, shared, inputs, kernel)
     want_grads, want_out = grad(params, shared, inputs, dense)
     assert max_rel_error(got_out, want_out) < 1e-5
@@ -220,7 +214,7 @@ def test_reuse_block_never_sees_new_block(tile_of_8):
         out, pullback = jax.vjp(reuse_rows, h)
         return pullback(jnp.ones_like(out))[0]
 
-    d_h = jax.jit(pull_ones, compiler_options=FAST_COMPILE)(h)
+    d_h = jax.jit(pull_ones)(h)
     influence = np.abs(np.asarray(d_h)).sum(axis=-1)
     assert (influence[:, case.reuse_len :] == 0).all()
     assert (influence[:, : case.reuse_len] > 0).all()
@@ -287,7 +281,7 @@ def test_model_through_kernel_matches_xla(tile_of_8):
             return jnp.sum(jnp.sin(logits)), (logits, new_mems)
 
         with sharding.activate(mesh, DEFAULT_AXIS_RULES):
-            return jax.jit(jax.grad(loss, has_aux=True), compiler_options=FAST_COMPILE)(params)
+            return jax.jit(jax.grad(loss, has_aux=True))(params)
 
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
 

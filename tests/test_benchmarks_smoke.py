@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from test_data_common import scratch, small_corpus
 
+from tests.xla_flags import FAST_COMPILE
+
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 TOY = ("--iters", "1")
 RUNS = {
@@ -36,9 +38,11 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def env() -> dict:
-    """One device, and a compilation cache shared by all the scripts."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    """One device (no forced device count), quick compiles, and a compilation cache shared by
+    all the scripts."""
+    env = dict(os.environ)
     env.update(
+        XLA_FLAGS=FAST_COMPILE,
         JAX_PLATFORMS="cpu",
         JAX_COMPILATION_CACHE_DIR=scratch("jax-cache"),
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",

@@ -22,9 +22,6 @@ from xlnet_jax.training import run_config
 
 CORPUS = f"gs://{gcs_emulator.BUCKET}/sharded"
 STEPS = 6  # one checkpoint (checkpoint_every=6): the comparison needs no more steps
-# Unoptimised CPU code in both runs (as tests/test_attention_kernel.py): XLA's passes took
-# most of the test's time; both runs compile alike, so the comparison stays bit for bit.
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +41,6 @@ def _launch(gcs_url, tmp_path, name: str, processes: int, devices: int, override
         env = harness.environment(
             **gcs_emulator.environment(gcs_url),
             **{paths.CACHE_ENV: roots[-1]},
-            XLA_FLAGS=FAST_COMPILE,
         )
         flags = commands.local_cluster_flags(port, processes, i, devices)
         if processes == 1:

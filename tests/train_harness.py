@@ -16,6 +16,7 @@ import numpy as np
 
 from tests import test_data_common
 from tests.train_config import get_config
+from tests.xla_flags import FAST_COMPILE
 from xlnet_jax.checkpoint.reader import load_trained_params, read_checkpoint
 from xlnet_jax.run.preflight import check_run
 from xlnet_jax.training import sharding
@@ -35,8 +36,8 @@ def corpus_dir() -> str:
 
 def environment(**extra) -> dict:
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
     env.update(
+        XLA_FLAGS=FAST_COMPILE,
         JAX_PLATFORMS="cpu",
         PYTHONPATH=str(REPO),
         XLNET_JAX_COMPILATION_CACHE=CACHE,
