@@ -261,9 +261,12 @@ def test_adamw_option_is_optax_adamw():
 # --- per-replica clipping (CrossShardOptimizer + get_train_op) ---
 
 
-def test_replica_clipping_equals_the_tpu_steps_formula():
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_replica_clipping_equals_the_tpu_steps_formula(micro_batches):
     """A linear least-squares loss, 4 replicas of 2 rows (weights 1, one row weight 0): the
-    gradient is sum_r clip(grad(mean loss of r) / 4), computed in numpy."""
+    gradient is sum_r clip(grad(mean loss of r) / 4), computed in numpy. With 2
+    micro-batches (one row per replica each) each replica's gradient is accumulated over
+    both before its clip: the same formula."""
     rng = np.random.default_rng(3)
     replicas, rows, width = 4, 2, 5
     x = rng.normal(size=(replicas * rows, width)).astype(np.float32)
@@ -272,15 +275,16 @@ def test_replica_clipping_equals_the_tpu_steps_formula():
     weight[3] = 0.0
     w = {"w": rng.normal(size=(width,)).astype(np.float32)}
 
-    def loss_fn(params, batch, key):
+    def loss_fn(params, batch, key, total_weight):
         del key
         errors = (batch["x"] @ params["w"] - batch["y"]) ** 2
-        return jnp.sum(errors * batch["weight"]) / jnp.maximum(jnp.sum(batch["weight"]), 1.0), ()
+        return jnp.sum(errors * batch["weight"]) / jnp.maximum(total_weight, 1.0), ()
 
     batch = {"x": jnp.asarray(x), "y": jnp.asarray(y), "weight": jnp.asarray(weight)}
     loss, raw, clipped = replica_gradients(
-        loss_fn, w, batch, jax.random.PRNGKey(0), replicas, clip_norm=1.0
-    )
+        loss_fn, w, batch, jax.random.PRNGKey(0), replicas, clip_norm=1.0,
+        micro_batches=micro_batches,
+    )  # fmt: skip
     total, expected_raw, losses = np.zeros(width), np.zeros(width), []
     for r in range(replicas):
         xs, ys, ws = (a[r * rows : (r + 1) * rows].astype(np.float64) for a in (x, y, weight))

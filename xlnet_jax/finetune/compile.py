@@ -16,6 +16,7 @@ from xlnet_jax.finetune import config as finetune_config
 from xlnet_jax.finetune.program import build
 from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.model import flops
+from xlnet_jax.run.validate import validate_batch_layout
 from xlnet_jax.training import aot, aot_devices, fit, sharding
 
 
@@ -31,12 +32,14 @@ def example_batch(task, config: ml_collections.ConfigDict) -> dict[str, np.ndarr
 
 def _model_flops(config: ml_collections.ConfigDict, rows_per_feature: int) -> float:
     """Analytic FLOPs of one step (3x forward) of the content stream over every segment:
-    pretraining's count (model/flops.py) with no targets and no LM head."""
+    pretraining's count (model/flops.py) with no targets and no LM head; the relative
+    encodings once per model call (each segment of each micro-batch)."""
     rows = config.batch_size * rows_per_feature * config.num_segments
     memory = config.mem_len if config.num_segments > 1 else 0
+    calls = config.grad_accum_steps * config.num_segments
     view = ml_collections.ConfigDict(
         {**config.to_dict(), "num_predict": 0, "mem_len": memory, "bi_data": False,
-         "batch_size": rows, "grad_accum_steps": 1}
+         "batch_size": rows, "grad_accum_steps": calls}
     )  # fmt: skip
     return flops.train_flops_per_step(view)
 
@@ -49,17 +52,15 @@ def compile_step(config: ml_collections.ConfigDict, target, task_name: str):
     task = get_task(task_name)
     devices = list(target.devices)
     data, fsdp, _ = mesh_shape(config, len(devices))
-    if config.batch_size % (data * fsdp):
-        raise UsageError(
-            f"config.batch_size {config.batch_size} does not split over {data * fsdp} data shards"
-        )
+    validate_batch_layout(config, data * fsdp, bi_data=False)
     example = example_batch(task, config)
     rows_per_feature = int(np.prod(example["input_ids"].shape[2:-1], dtype=int))
     mesh = sharding.make_mesh(config, devices)
     labels = ["label"] * 2  # the head's width does not move the memory
     program = build(config, task, labels, mesh, example)
     model_flops = _model_flops(config, rows_per_feature) / len(devices)
-    shape = dict(target=target, rows=config.batch_size // (data * fsdp), seq_len=config.seq_len)
+    micro_rows = config.batch_size // config.grad_accum_steps // (data * fsdp)
+    shape = dict(target=target, rows=micro_rows, seq_len=config.seq_len)
     try:
         with program.activate():
             lowered = program.train_step.lower(
@@ -97,7 +98,5 @@ def compile_for(
         )
         print(aot.format_report(report), flush=True)
         if not report.fits:
-            lines = fit.what_fits(config, report, compile_step=step)
-            # Fine-tuning takes one batch per step: no advice to accumulate gradients.
-            print("\n".join(line.split("; to keep batch_size")[0] for line in lines))
+            print("\n".join(fit.what_fits(config, report, compile_step=step)))
     return 0 if report.fits else 3

@@ -15,6 +15,7 @@ import ml_collections
 from xlnet_jax.config import default_config
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.run.fields import field_problem, nonfinite_problem
+from xlnet_jax.run.validate import validate_accumulation
 
 
 def finetune_config() -> ml_collections.ConfigDict:
@@ -65,11 +66,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(problem)
     if config.seq_len < 4:
         raise ConfigError(f"config.seq_len: must hold A <sep> <sep> <cls>, got {config.seq_len}")
-    if config.grad_accum_steps != 1:
-        raise ConfigError(
-            f"config.grad_accum_steps: fine-tuning takes one batch per step, got "
-            f"{config.grad_accum_steps}; lower batch_size instead"
-        )
+    validate_accumulation(config)
     if config.num_segments == 1 and config.mem_len > 0:
         raise ConfigError(
             f"config.mem_len: {config.mem_len} with config.num_segments 1 does nothing (the "

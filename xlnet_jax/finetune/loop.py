@@ -27,11 +27,11 @@ import numpy as np
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.checkpoint.hf import encoder_params
 from xlnet_jax.checkpoint.meta import make_meta
-from xlnet_jax.errors import ConfigError
 from xlnet_jax.finetune import batches, outputs, rerun
 from xlnet_jax.finetune.prepare import Inputs, Split
 from xlnet_jax.finetune.program import FinetuneProgram, build
 from xlnet_jax.run.fence import Fence
+from xlnet_jax.run.validate import validate_batch_layout
 from xlnet_jax.run.workdir import prepare_workdir
 from xlnet_jax.training import run_config, sharding
 from xlnet_jax.training.metrics import MetricsWriter
@@ -119,11 +119,7 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         )  # fmt: skip
         return finished
     mesh = sharding.make_mesh(config)
-    if config.batch_size % sharding.num_data_shards(mesh):
-        raise ConfigError(
-            f"config.batch_size: {config.batch_size} rows do not split over the mesh's "
-            f"{sharding.num_data_shards(mesh)} data shards; use a multiple"
-        )
+    validate_batch_layout(config, sharding.num_data_shards(mesh), bi_data=False)
     example = batches.train_batch(inputs.train.features, config.batch_size, config.seed, 0)
     program = build(config, inputs.task, inputs.labels, mesh, example)
     checkpoint_bytes = sum(

@@ -24,7 +24,7 @@ from xlnet_jax.config import ModelConfig
 from xlnet_jax.finetune import optim
 from xlnet_jax.finetune.forward import apply_segments
 from xlnet_jax.finetune.task import INPUT_KEYS, Task
-from xlnet_jax.training import sharding
+from xlnet_jax.training import accumulate, sharding
 from xlnet_jax.training.optim import learning_rate_schedule
 from xlnet_jax.training.placement import place_state
 
@@ -36,7 +36,10 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     return dataclasses.replace(model, mem_len=mem_len, reuse_len=0, bi_data=False)
 
 
-def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None):
+def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None, total_weight=None):
+    """(the rows' weighted loss sum over max(total_weight, 1), the head's outputs): the
+    rows' weighted mean loss unless `total_weight` (the whole batch's or share's weight, of
+    which these rows are a micro-batch) says otherwise."""
     outputs = apply_segments(
         module,
         params,
@@ -46,8 +49,32 @@ def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None)
         network_inputs={k: batch[k] for k in task.network_inputs},
     )
     weight = batch["weight"]
+    total = jnp.sum(weight) if total_weight is None else total_weight
     per_feature = task.loss(outputs, batch)
-    return jnp.sum(per_feature * weight) / jnp.maximum(jnp.sum(weight), 1.0), outputs
+    return jnp.sum(per_feature * weight) / jnp.maximum(total, 1.0), outputs
+
+
+def micro_key(key: jax.Array, index, micro_batches: int) -> jax.Array:
+    """Micro-batch `index`'s dropout key: the step's own with one micro-batch (so a run
+    without accumulation draws what it always drew), else fold_in(key, index)."""
+    return key if micro_batches == 1 else jax.random.fold_in(key, index)
+
+
+def batch_gradients(loss_fn: Callable, params, batch: dict, key, micro_batches: int = 1):
+    """(loss, gradient) of the batch's weighted mean loss, summed over `micro_batches`
+    micro-batches (training/accumulate.py): each one's loss is its weighted sum over the
+    whole batch's weight, so the sums are the batch's mean and its gradient.
+
+    loss_fn(params, rows, key, total_weight) -> (loss, aux), as _loss."""
+    total = jnp.sum(batch["weight"])
+    grad_fn = jax.value_and_grad(lambda p, rows, k: loss_fn(p, rows, k, total)[0])
+
+    def micro(index, rows):
+        return grad_fn(params, rows, micro_key(key, index, micro_batches)), None
+
+    init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+    (loss, grads), _ = accumulate.sum_over(micro, init, accumulate.split(batch, micro_batches))
+    return loss, grads
 
 
 def replica_gradients(
@@ -58,16 +85,21 @@ def replica_gradients(
     replicas: int,
     clip_norm: float,
     sharding: NamedSharding | None = None,
+    micro_batches: int = 1,
 ):
     """(loss, unclipped gradient, clipped gradient) as the original's TPU step makes them.
 
     TF1's CrossShardOptimizer (reduction MEAN) divides each replica's mean loss by the
     replica count before its gradient; get_train_op clips that gradient by global norm,
     then the replicas' gradients are summed. The batch's rows split into `replicas` equal
-    consecutive shares (the data-parallel devices' shares); replica r drops out with
-    fold_in(key, r) (one replica: with key). loss_fn(params, rows, key) -> (loss, aux) is
-    one share's mean loss. The returned loss is the batch's weighted mean. `sharding` (the
-    batch's) places share r, and its gradient, on replica r's device.
+    consecutive shares (the data-parallel devices' shares). Each replica's gradient of the
+    whole step is summed over `micro_batches` micro-batches first (a replica's share of a
+    micro-batch lies within its share of the batch, training/accumulate.py), then clipped.
+    Replica r drops out with fold_in(micro-batch key, r) (one replica: with that key; see
+    micro_key). loss_fn(params, rows, key, total_weight) -> (loss, aux) is the rows'
+    weighted loss sum over total_weight, here their share's weight. The returned loss is the
+    batch's weighted mean. `sharding` (the batch's) places share r, and its gradient, on
+    replica r's device.
     """
 
     def place(tree):
@@ -75,23 +107,35 @@ def replica_gradients(
             return tree
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
 
-    shares = place(jax.tree.map(lambda x: x.reshape(replicas, -1, *x.shape[1:]), batch))
-    if replicas == 1:
-        keys = key[None]
-    else:
-        keys = jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(replicas))
-    grad_fn = jax.value_and_grad(lambda p, rows, k: loss_fn(p, rows, k)[0])
+    def shares(tree):
+        return place(jax.tree.map(lambda x: x.reshape(replicas, -1, *x.shape[1:]), tree))
+
+    weights = jnp.sum(shares(batch["weight"]), axis=1)  # each replica's weight in the step
+    grad_fn = jax.value_and_grad(lambda p, rows, k, total: loss_fn(p, rows, k, total)[0])
     # Within a share the rows stay on its device: the model's "batch" constraints would
     # spread the share's rows over every data device (each then computing every share).
     rules = [
         (name, None if name == "batch" else axes) for name, axes in nn.get_logical_axis_rules()
     ]
-    with nn.logical_axis_rules(rules):
-        losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0))(params, shares, keys)
+
+    def micro(index, rows):
+        k = micro_key(key, index, micro_batches)
+        if replicas == 1:
+            keys = k[None]
+        else:
+            keys = jax.vmap(functools.partial(jax.random.fold_in, k))(jnp.arange(replicas))
+        with nn.logical_axis_rules(rules):
+            losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0, 0))(
+                params, shares(rows), keys, weights
+            )
+        return (losses, place(grads)), None
+
+    zeros = jax.tree.map(lambda p: jnp.zeros((replicas, *p.shape), p.dtype), params)
+    init = (jnp.zeros((replicas,)), place(zeros))
+    (losses, grads), _ = accumulate.sum_over(micro, init, accumulate.split(batch, micro_batches))
     grads = place(jax.tree.map(lambda g: g / replicas, grads))
     clip = optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
     clipped = jax.vmap(lambda g: clip.update(g, clip.init(g))[0])(grads)
-    weights = jnp.sum(shares["weight"], axis=1)
     loss = jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
     total = functools.partial(jax.tree.map, lambda g: jnp.sum(g, axis=0))
     return loss, total(grads), total(clipped)
@@ -108,27 +152,32 @@ def train_step(
     replicas: int | None = None,
     clip_norm: float = 0.0,
     sharding: NamedSharding | None = None,
+    micro_batches: int = 1,
 ):
     """One optimiser step on the batch's mean loss; a non-finite loss or gradient skips it.
 
+    The gradient is summed over `micro_batches` micro-batches (config.grad_accum_steps),
+    each with its own dropout key; the loss and gradient norm are the whole batch's.
     replicas None: tx clips the batch's gradient (clip_scope "global"); else the gradient is
     clipped per replica share as the original's TPU step (replica_gradients, with the
     batch's sharding).
     """
     dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
-    def loss_fn(params, rows, key):
-        return _loss(task, module, params, rows, deterministic=False, dropout_key=key)
+    def loss_fn(params, rows, key, total_weight):
+        return _loss(
+            task, module, params, rows,
+            deterministic=False, dropout_key=key, total_weight=total_weight,
+        )  # fmt: skip
 
     if replicas is None:
-        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, batch, dropout_key
-        )
+        loss, grads = batch_gradients(loss_fn, state.params, batch, dropout_key, micro_batches)
         grad_norm = optax.tree.norm(grads)
     else:
         loss, raw, grads = replica_gradients(
-            loss_fn, state.params, batch, dropout_key, replicas, clip_norm, sharding
-        )
+            loss_fn, state.params, batch, dropout_key, replicas, clip_norm, sharding,
+            micro_batches,
+        )  # fmt: skip
         grad_norm = optax.tree.norm(raw)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -241,6 +290,7 @@ def build(
             replicas=replicas,
             clip_norm=config.clip_norm,
             sharding=batch_sharding,
+            micro_batches=config.grad_accum_steps,
         ),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, replicated),

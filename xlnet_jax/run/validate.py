@@ -64,13 +64,7 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
         f"must not exceed num_train_steps={c.num_train_steps}",
         c.warmup_steps,
     )
-    _check(
-        c.batch_size % c.grad_accum_steps == 0,
-        "batch_size",
-        f"must be divisible by grad_accum_steps={c.grad_accum_steps}",
-        c.batch_size,
-        batch_advice(lambda b: b % c.grad_accum_steps == 0, c.batch_size),
-    )
+    validate_accumulation(c)
     streams = c.batch_size // 2 if c.bi_data else c.batch_size
     _check(
         c.data_ranges == AUTO_RANGES or (c.data_ranges >= 1 and streams % c.data_ranges == 0),
@@ -82,7 +76,21 @@ def validate_training_fields(c: ml_collections.ConfigDict) -> None:
     )
 
 
-def batch_splits(c: ml_collections.ConfigDict, data_shards: int, batch_size: int) -> bool:
+def validate_accumulation(c: ml_collections.ConfigDict) -> None:
+    """The global batch must split into grad_accum_steps micro-batches (pretraining and
+    fine-tuning)."""
+    _check(
+        c.batch_size % c.grad_accum_steps == 0,
+        "batch_size",
+        f"must be divisible by grad_accum_steps={c.grad_accum_steps}",
+        c.batch_size,
+        batch_advice(lambda b: b % c.grad_accum_steps == 0, c.batch_size),
+    )
+
+
+def batch_splits(
+    c: ml_collections.ConfigDict, data_shards: int, batch_size: int, bi_data: bool
+) -> bool:
     """Whether `batch_size` splits evenly over micro-batches and data shards (evenly in
     pairs per shard with bi_data)."""
     if batch_size % c.grad_accum_steps:
@@ -91,13 +99,18 @@ def batch_splits(c: ml_collections.ConfigDict, data_shards: int, batch_size: int
     if micro % data_shards:
         return False
     per_shard, micro_per_shard = batch_size // data_shards, micro // data_shards
-    return not c.bi_data or (per_shard % 2 == 0 and micro_per_shard % 2 == 0)
+    return not bi_data or (per_shard % 2 == 0 and micro_per_shard % 2 == 0)
 
 
-def validate_batch_layout(c: ml_collections.ConfigDict, data_shards: int) -> None:
-    """The global batch must split evenly over data shards and micro-batches."""
+def validate_batch_layout(
+    c: ml_collections.ConfigDict, data_shards: int, *, bi_data: bool | None = None
+) -> None:
+    """The global batch must split evenly over data shards and micro-batches (pretraining
+    and fine-tuning); with bi_data (default: the config's; fine-tuning passes False, it has
+    no reversed streams) in pairs per shard."""
+    bi_data = c.bi_data if bi_data is None else bi_data
     micro = c.batch_size // c.grad_accum_steps
-    advice = batch_advice(lambda b: batch_splits(c, data_shards, b), c.batch_size)
+    advice = batch_advice(lambda b: batch_splits(c, data_shards, b, bi_data), c.batch_size)
     _check(
         micro % data_shards == 0,
         "batch_size",
@@ -106,7 +119,7 @@ def validate_batch_layout(c: ml_collections.ConfigDict, data_shards: int) -> Non
         c.batch_size,
         advice,
     )
-    if c.bi_data:
+    if bi_data:
         per_shard = c.batch_size // data_shards
         _check(
             per_shard % 2 == 0 and (micro // data_shards) % 2 == 0,

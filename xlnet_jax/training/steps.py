@@ -14,6 +14,7 @@ import optax
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.model.xlnet import XLNetLM, uses_kernel
 from xlnet_jax.objective import plm
+from xlnet_jax.training import accumulate
 
 # Codes of the `nonfinite` metric: which quantity went non-finite first.
 FINITE, NONFINITE_LOSS, NONFINITE_GRAD, NONFINITE_UPDATE = 0, 1, 2, 3
@@ -65,22 +66,6 @@ def forward(model, params, batch, sample, mems, dropout_key, reuse_len, *, deter
     return plm_loss_terms(logits, sample.target_ids, sample.target_weights), new_mems
 
 
-def _split_micro(tree, n: int):
-    """[B, ...] -> [n, B/n, ...], keeping each micro-batch spread over every data shard."""
-
-    def split(x):
-        x = x.reshape(x.shape[0] // n, n, *x.shape[1:])
-        return jnp.swapaxes(x, 0, 1)
-
-    return jax.tree.map(split, tree)
-
-
-def _merge_micro(x: jax.Array) -> jax.Array:
-    """Inverse of _split_micro for one array."""
-    x = jnp.swapaxes(x, 0, 1)
-    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
-
-
 def train_step(
     state: TrainState,
     batch: dict,
@@ -102,11 +87,11 @@ def train_step(
     plm_key, dropout_key = step_keys(state.rng, state.step)
     sample = sample_targets(batch, plm_key, config)
     n_micro = config.grad_accum_steps
-    micro_batches = _split_micro((batch, sample), n_micro)
-    micro_mems = _split_micro(jnp.swapaxes(state.mems, 0, 1), n_micro)  # [n, b, layers, ...]
+    micro_batches = accumulate.split((batch, sample), n_micro)
+    micro_mems = accumulate.split(jnp.swapaxes(state.mems, 0, 1), n_micro)  # [n, b, layers, ...]
 
-    def micro_step(grads_and_terms, inputs):
-        index, (micro_batch, micro_sample), mems = inputs
+    def micro_step(index, inputs):
+        (micro_batch, micro_sample), mems = inputs
         mems = jnp.swapaxes(mems, 0, 1)
         micro_key = jax.random.fold_in(dropout_key, index)
 
@@ -124,19 +109,14 @@ def train_step(
             return terms[0], (terms, new_mems)
 
         grads, (terms, new_mems) = jax.grad(summed_nll, has_aux=True)(state.params)
-        acc_grads, acc_terms = grads_and_terms
-        acc_grads = jax.tree.map(jnp.add, acc_grads, grads)
-        acc_terms = jax.tree.map(jnp.add, acc_terms, terms)
-        return (acc_grads, acc_terms), jnp.swapaxes(new_mems, 0, 1)
+        return (grads, terms), jnp.swapaxes(new_mems, 0, 1)
 
     zero_grads = jax.tree.map(jnp.zeros_like, state.params)
     zero_terms = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
-    (grads, (nll, count, correct)), new_mems = jax.lax.scan(
-        micro_step,
-        (zero_grads, zero_terms),
-        (jnp.arange(n_micro), micro_batches, micro_mems),
+    (grads, (nll, count, correct)), new_mems = accumulate.sum_over(
+        micro_step, (zero_grads, zero_terms), (micro_batches, micro_mems)
     )
-    new_mems = jnp.swapaxes(_merge_micro(new_mems), 0, 1)
+    new_mems = jnp.swapaxes(accumulate.merge(new_mems), 0, 1)
     count = jnp.maximum(count, 1.0)
     grads = jax.tree.map(lambda g: g / count, grads)
     loss = nll / count
