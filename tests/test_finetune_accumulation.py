@@ -47,11 +47,6 @@ def _batch(config) -> dict[str, np.ndarray]:
     return batch
 
 
-# The backend's optimisations change the speed of the code, not what it computes; without
-# them a step compiles in about a third of the CPU time.
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
-
-
 @pytest.fixture(scope="module")
 def initial_params():
     """Random params of the tiny classifier's shapes (on the host), shared by every case:
@@ -85,7 +80,7 @@ def _one_step_each(configs: list, num_devices: int, params) -> list:
             shardings = jax.tree.map(lambda a: a.sharding, program.abstract_state)
             state = jax.device_put(state, shardings)
             global_batch = program.put_batch(batch)
-            step = program.train_step.lower(state, global_batch).compile(FAST_COMPILE)
+            step = program.train_step.lower(state, global_batch).compile()
             state, metrics = step(state, global_batch)
             results.append((jax.device_get(state.params), jax.device_get(metrics)))
     return results
