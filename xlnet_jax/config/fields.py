@@ -453,6 +453,15 @@ FIELDS = (
         at_least(1),
     ),
     Field(
+        "mem_gradient",
+        BOOL,
+        False,
+        "finetune",
+        "num_segments > 1: the gradient flows through the memory into the earlier segments of "
+        "a text, which then train for the task (more memory and time a step); false: they "
+        "are read with constant weights and the memory is a constant, as in pretraining.",
+    ),
+    Field(
         "max_qa_length",
         INT,
         128,

@@ -36,7 +36,9 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     return dataclasses.replace(model, mem_len=mem_len, reuse_len=0, bi_data=False)
 
 
-def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None):
+def _loss(
+    task: Task, module, params, batch, *, deterministic, dropout_key=None, mem_gradient=False
+):
     outputs = apply_segments(
         module,
         params,
@@ -44,6 +46,7 @@ def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None)
         deterministic=deterministic,
         dropout_key=dropout_key,
         network_inputs={k: batch[k] for k in task.network_inputs},
+        mem_gradient=mem_gradient,
     )
     weight = batch["weight"]
     per_feature = task.loss(outputs, batch)
@@ -108,17 +111,21 @@ def train_step(
     replicas: int | None = None,
     clip_norm: float = 0.0,
     sharding: NamedSharding | None = None,
+    mem_gradient: bool = False,
 ):
     """One optimiser step on the batch's mean loss; a non-finite loss or gradient skips it.
 
     replicas None: tx clips the batch's gradient (clip_scope "global"); else the gradient is
     clipped per replica share as the original's TPU step (replica_gradients, with the
-    batch's sharding).
+    batch's sharding). mem_gradient: as forward.apply_segments.
     """
     dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
     def loss_fn(params, rows, key):
-        return _loss(task, module, params, rows, deterministic=False, dropout_key=key)
+        return _loss(
+            task, module, params, rows, deterministic=False, dropout_key=key,
+            mem_gradient=mem_gradient,
+        )  # fmt: skip
 
     if replicas is None:
         (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -241,6 +248,7 @@ def build(
             replicas=replicas,
             clip_norm=config.clip_norm,
             sharding=batch_sharding,
+            mem_gradient=config.mem_gradient,
         ),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, replicated),
