@@ -455,11 +455,12 @@ FIELDS = (
     Field(
         "mem_gradient",
         BOOL,
-        False,
+        True,
         "finetune",
-        "num_segments > 1: the gradient flows through the memory into the earlier segments of "
-        "a text, which then train for the task (more memory and time a step); false: they "
-        "are read with constant weights and the memory is a constant, as in pretraining.",
+        "num_segments > 1: the gradient flows through the memory into a text's earlier "
+        "segments, which so train for the task (a backward pass over every segment); false: "
+        "they are read with the weights as they are and the memory is a constant.",
+        saved_before=False,
     ),
     Field(
         "max_qa_length",
