@@ -1,19 +1,35 @@
-"""Long documents through the recurrence memory: a label only the first segment decides.
+"""Long documents through the recurrence memory: a label that a part far from the head decides.
 
-Each document is `--segments` x seq_len tokens of filler words; one of two key words
-("north" or "south") sits among its first words and decides the label. The head reads the
-last segment, so the label is learnable only if the memory carries the first segment there.
-Fine-tunes `xlnet-jax finetune --task_name classification` on it for each memory length
-(0: the last segment alone; seq_len; seq_len * (segments - 1): every earlier position),
-plus the one-segment reading, and prints dev accuracy per setting. First, the speed side:
-the train step's time per (num_segments, mem_len), all settings compiled in one process and
-called in turn (--time_only stops there).
+Two tasks (--task), each a document of `--segments` x seq_len tokens whose last segment the
+head reads, so the label is learnable only if the memory carries the deciding part there:
+- keyword (the unit check): filler words; one key word ("north" or "south") among the first
+  8 words decides the label. Rows: each memory length (0: the last segment alone; seq_len;
+  seq_len * (segments - 1): every earlier position), plus the one-segment reading.
+- man (real text): two sentences from the DESCRIPTION of a man page of section 1 (user
+  commands) or 3 (library functions) decide the label; section-neutral licence text
+  (/usr/share/common-licenses) fills the rest. --layouts places the deciding sentences:
+  "first" (the first segment), "middle" (segment (segments - 1) // 2), "question" (a page
+  of each section in the first segment, and a question at the end asks which section the
+  first, or the second, is from: RACE's case). Rows per layout: the deciding part read
+  directly (one segment: the deciding sentences, and the question, without the filler),
+  all segments with memory (every earlier position) for each mem_gradient, and all
+  segments without memory.
+Each row is one `xlnet-jax finetune --task_name classification` run; dev accuracy per row.
+First, the cost side: the train step's time and XLA's memory per (num_segments, mem_len,
+mem_gradient), all settings compiled in one process and called in turn (--time_only stops
+there; --time_iters 0 skips it).
 
     python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/longdoc
+    python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/man \
+        --task man --seq_len 64
 """
 
 import argparse
+import functools
+import glob
+import hashlib
 import os
+import re
 import statistics
 import sys
 import time
@@ -23,6 +39,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks.finetune_man_sections import pages  # noqa: E402
 from benchmarks.finetune_runs import finetune  # noqa: E402
 from benchmarks.harness import machine  # noqa: E402
 
@@ -50,21 +67,133 @@ def write_task(out: str, words: int, train: int, dev: int, seed: int) -> None:
             f.write("\n".join(lines) + "\n")
 
 
-def run(args, data: str, workdir: str, segments: int, mem_len: int) -> dict:
+MAN_SECTIONS = ("1", "3")
+QUESTION = "Question: which manual section is the {} passage above from?"
+
+
+class Composer:
+    """Documents of an exact token budget, from word lists, by the tokenizer of --init_from.
+
+    A text is left-padded to segments x seq_len (features.pair_row), so a document of
+    capacity - 2 tokens (<sep> and <cls> end the row) puts each part where it was planned.
+    """
+
+    def __init__(self, init_from: str, licences: str):
+        from xlnet_jax.finetune.text import TextEncoder
+        from xlnet_jax.run.init_from import load_source
+
+        source = load_source(init_from)
+        self.encoder = TextEncoder(source.tokenizer, **(source.normalization or {}))
+        files = sorted(f for f in glob.glob(os.path.join(licences, "*")) if os.path.isfile(f))
+        self.filler = " ".join(open(f, errors="replace").read() for f in files).split()
+        lengths = self.encoder.encode_many(sorted(set(self.filler)))
+        self.pieces = dict(zip(sorted(set(self.filler)), map(len, lengths), strict=True))
+
+    def tokens(self, text: str) -> int:
+        return len(self.encoder.encode(text))
+
+    def cut(self, text: str, budget: int) -> str:
+        """The longest prefix of text's words within `budget` tokens."""
+        words = text.split()
+        while words and self.tokens(" ".join(words)) > budget:
+            words.pop()
+        return " ".join(words)
+
+    def fill(self, rng: np.random.Generator, budget: int) -> str:
+        """Consecutive licence words from a random place, within `budget` tokens."""
+        start, words, used = int(rng.integers(len(self.filler))), [], 0
+        while True:
+            word = self.filler[(start + len(words)) % len(self.filler)]
+            if used + self.pieces[word] > budget:
+                return " ".join(words)
+            words.append(word)
+            used += self.pieces[word]
+
+
+@functools.cache
+def _pages(root: str, section: str, per_section: int) -> list[tuple[str, str]]:
+    return pages(root, section, per_section, 80)
+
+
+def _sentences(text: str, count: int) -> str:
+    return " ".join(re.split(r"(?<=[.!?])\s+", text)[:count])
+
+
+def man_documents(args, composer: Composer, layout: str, direct: bool, split: str) -> list[str]:
+    """LABEL<TAB>TEXT lines of one split (pages by a hash of their name, 80/20)."""
+    seq_len, segments = args.seq_len, args.segments
+    capacity = seq_len * segments - 2
+    rng = np.random.default_rng([args.seed, len(split), len(layout)])
+    found = []
+    for section in MAN_SECTIONS:
+        for name, text in _pages(args.man, section, args.per_section):
+            dev = int(hashlib.sha256(name.encode()).hexdigest(), 16) % 5 == 0
+            if dev == (split == "dev"):
+                found.append((f"man{section}", _sentences(text, 2)))
+    lines = []
+    if layout == "question":
+        question_budget = composer.tokens(QUESTION.format("second"))
+        budget = (seq_len - 2 - question_budget) // 2
+        by_section = [[t for label, t in found if label == f"man{s}"] for s in MAN_SECTIONS]
+        for label, text in found:
+            other = by_section[label == "man1"]
+            pair = [(label, text), (f"man{MAN_SECTIONS[label == 'man1']}", rng.choice(other))]
+            order = rng.permutation(2)
+            asked = int(rng.integers(2))
+            parts = [composer.cut(pair[i][1], budget) for i in order]
+            question = QUESTION.format(("first", "second")[asked])
+            used = sum(map(composer.tokens, [*parts, question]))
+            middle = [] if direct else [composer.fill(rng, capacity - used)]
+            lines.append(f"{pair[order[asked]][0]}\t{' '.join([*parts, *middle, question])}")
+        return lines
+    for label, text in found:
+        part = composer.cut(text, seq_len - 8)
+        if direct:
+            lines.append(f"{label}\t{part}")
+            continue
+        before = "" if layout == "first" else composer.fill(rng, seq_len * ((segments - 1) // 2))
+        used = composer.tokens(" ".join([before, part]))
+        lines.append(f"{label}\t{' '.join([before, part, composer.fill(rng, capacity - used)])}")
+    return lines
+
+
+def write_man_task(args, composer: Composer, out: str, layout: str, direct: bool) -> dict:
+    """train.tsv and dev.tsv of one layout (direct: without the filler); line counts."""
+    os.makedirs(out, exist_ok=True)
+    counts = {}
+    for split in ("train", "dev"):
+        lines = man_documents(args, composer, layout, direct, split)
+        order = np.random.default_rng(len(lines)).permutation(len(lines))
+        with open(os.path.join(out, f"{split}.tsv"), "w") as f:
+            f.write("\n".join(lines[i].strip() for i in order) + "\n")
+        counts[split] = len(lines)
+    return counts
+
+
+def run(
+    args, data: str, workdir: str, segments: int, mem_len: int, mem_gradient: bool = False
+) -> dict:
     return finetune(
         workdir,
         "--config", "configs/finetune/cpu.py", "--task_name", "classification",
         "--data_dir", data, "--init_from", args.init_from,
         f"--config.seq_len={args.seq_len}", f"--config.num_segments={segments}",
-        f"--config.mem_len={mem_len}", f"--config.num_train_steps={args.steps}",
+        f"--config.mem_len={mem_len}", f"--config.mem_gradient={mem_gradient}",
+        f"--config.num_train_steps={args.steps}",
         f"--config.batch_size={args.batch}", f"--config.learning_rate={args.lr}",
         "--config.log_every=10", f"--config.checkpoint_every={args.steps}",
+        f"--seeds={args.seeds}",
     )  # fmt: skip
 
 
-def time_settings(args, settings: list[tuple[int, int]]) -> dict[tuple[int, int], list[float]]:
-    """Seconds of the train step per (num_segments, mem_len), measured in this process with
-    the settings' steps called in turn (so the machine's load falls on all alike)."""
+def dev_accuracy(result: dict) -> float:
+    return (result["dev"] if "dev" in result else result["median"]["dev"])["accuracy"]
+
+
+def time_settings(args, settings: list[tuple[int, int, bool]]) -> tuple[dict, dict]:
+    """Seconds of the train step per (num_segments, mem_len, mem_gradient), measured in this
+    process with the settings' steps called in turn (so the machine's load falls on all
+    alike), and XLA's (temporary, peak) bytes of each compiled step."""
     import jax
 
     from xlnet_jax.finetune.compile import example_batch
@@ -76,18 +205,25 @@ def time_settings(args, settings: list[tuple[int, int]]) -> dict[tuple[int, int]
     from xlnet_jax.training import sharding
 
     task, source = get_task("classification"), load_source(args.init_from)
-    steps = {}
-    for segments, mem_len in settings:
+    steps, memory = {}, {}
+    for segments, mem_len, mem_gradient in settings:
         config = with_source_architecture(finetune_config(), source)
         config.seq_len, config.batch_size = args.seq_len, args.batch
         config.num_segments, config.mem_len = segments, mem_len
+        config.mem_gradient = mem_gradient
         batch = example_batch(task, config)
         program = build(config, task, ["a", "b"], sharding.make_mesh(config), batch)
         with program.activate():
             state, placed = program.init_state(), program.put_batch(batch)
+            analysis = program.train_step.lower(state, placed).compile().memory_analysis()
             for _ in range(2):  # compile, warm up
                 state, metrics = program.train_step(state, placed)
-        steps[segments, mem_len] = (program, state, placed)
+        memory[segments, mem_len, mem_gradient] = (
+            analysis.temp_size_in_bytes,
+            analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+            + analysis.temp_size_in_bytes - analysis.alias_size_in_bytes,
+        )  # fmt: skip
+        steps[segments, mem_len, mem_gradient] = (program, state, placed)
     times = {key: [] for key in settings}
     for _ in range(args.time_iters):
         for key, (program, state, placed) in steps.items():
@@ -97,38 +233,32 @@ def time_settings(args, settings: list[tuple[int, int]]) -> dict[tuple[int, int]
                 jax.block_until_ready(metrics)
                 times[key].append(time.perf_counter() - start)
             steps[key] = (program, state, placed)
-    return times
+    return times, memory
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--init_from", required=True, help="pretraining workdir or HF dir")
-    parser.add_argument("--out", required=True, help="where the task and the runs go")
-    parser.add_argument("--seq_len", type=int, default=32)
-    parser.add_argument("--segments", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--train", type=int, default=2000)
-    parser.add_argument("--dev", type=int, default=400)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--time_iters", type=int, default=20, help="timed steps per setting")
-    parser.add_argument("--time_only", action="store_true", help="only the step-time table")
-    args = parser.parse_args()
-    timing = [(1, 0), (2, 0), (2, args.seq_len), (4, 0), (4, args.seq_len)]
-    timing.append((args.segments, args.seq_len * (args.segments - 1)))
-    times = time_settings(args, timing)
+def print_cost(args) -> None:
+    """The step-time and memory table of the settings the rows use."""
+    full = args.seq_len * (args.segments - 1)
+    timing = [(1, 0, False), (2, 0, False), (2, args.seq_len, False), (4, 0, False)]
+    timing += [(4, args.seq_len, False), (args.segments, full, False), (args.segments, full, True)]
+    times, memory = time_settings(args, timing)
     print(machine())
-    print(f"\ntrain step, batch {args.batch} texts, seq_len {args.seq_len}, median of "
-          f"{args.time_iters} steps, settings called in turn\n")  # fmt: skip
-    print("| num_segments | mem_len | ms/step | against one segment |")
-    print("|---|---|---|---|")
-    one = statistics.median(times[1, 0])
-    for (segments, mem_len), seconds in times.items():
+    print(
+        f"\ntrain step, batch {args.batch} texts, seq_len {args.seq_len}, median of "
+        f"{args.time_iters} steps, settings called in turn; XLA's memory of each step\n"
+    )
+    print("| num_segments | mem_len | mem_gradient | ms/step | against one segment | "
+          "temporary MiB | peak MiB |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    one = statistics.median(times[1, 0, False])
+    for (segments, mem_len, mem_gradient), seconds in times.items():
         median = statistics.median(seconds)
-        print(f"| {segments} | {mem_len} | {1e3 * median:.0f} | {median / one:.2f}x |")
-    if args.time_only:
-        return
+        temp, peak = memory[segments, mem_len, mem_gradient]
+        print(f"| {segments} | {mem_len} | {str(mem_gradient).lower()} | {1e3 * median:.0f} | "
+              f"{median / one:.2f}x | {temp / 2**20:.1f} | {peak / 2**20:.1f} |")  # fmt: skip
+
+
+def keyword_rows(args) -> None:
     data = os.path.join(args.out, "data")
     # About 1.3 pieces a filler word: enough words that every document fills all segments.
     write_task(data, 2 * args.seq_len * args.segments, args.train, args.dev, args.seed)
@@ -147,8 +277,72 @@ def main() -> None:
         note = " (the first segment only)" if segments == 1 else ""
         print(
             f"| {segments} | {mem_len} | {segments * args.seq_len}{note} | "
-            f"{result['dev']['accuracy']:.3f} | {result['ms_per_step']:.0f} |"
+            f"{dev_accuracy(result):.3f} | {result['ms_per_step']:.0f} |"
         )
+
+
+MAN_ROWS = {  # name -> (direct, all segments?, memory?, mem_gradient)
+    "direct": (True, False, False, False),
+    "memory": (False, True, True, False),
+    "memory_gradient": (False, True, True, True),
+    "no_memory": (False, True, False, False),
+}
+
+
+def man_rows(args) -> None:
+    composer = Composer(args.init_from, args.licences)
+    full = args.seq_len * (args.segments - 1)
+    table = []
+    for layout in args.layouts.split(","):
+        for name in args.rows.split(","):
+            direct, segmented, memory, mem_gradient = MAN_ROWS[name]
+            data = os.path.join(args.out, f"data_{layout}_{'direct' if direct else 'long'}")
+            counts = write_man_task(args, composer, data, layout, direct)
+            segments = args.segments if segmented else 1
+            mem_len = full if memory else 0
+            workdir = os.path.join(args.out, f"{layout}_{name}")
+            result = run(args, data, workdir, segments, mem_len, mem_gradient)
+            table.append((layout, name, segments, mem_len, mem_gradient, counts, result))
+    print(machine())
+    print(f"\nman page section (1 or 3) from two DESCRIPTION sentences, licence text filling "
+          f"{args.segments} x seq_len {args.seq_len}; {args.steps} steps of batch {args.batch}, "
+          f"{args.seeds} seed(s); chance 0.5\n")  # fmt: skip
+    print("| layout | reading | num_segments | mem_len | mem_gradient | train/dev | "
+          "dev accuracy | ms/step (in the run) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for layout, name, segments, mem_len, mem_gradient, counts, result in table:
+        print(f"| {layout} | {name} | {segments} | {mem_len} | {str(mem_gradient).lower()} | "
+              f"{counts['train']}/{counts['dev']} | {dev_accuracy(result):.3f} | "
+              f"{result['ms_per_step']:.0f} |")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--init_from", required=True, help="pretraining workdir or HF dir")
+    parser.add_argument("--out", required=True, help="where the task and the runs go")
+    parser.add_argument("--seq_len", type=int, default=32)
+    parser.add_argument("--segments", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--train", type=int, default=2000)
+    parser.add_argument("--dev", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time_iters", type=int, default=20, help="timed steps per setting")
+    parser.add_argument("--time_only", action="store_true", help="only the cost table")
+    parser.add_argument("--task", choices=("keyword", "man"), default="keyword")
+    parser.add_argument("--layouts", default="first,middle,question", help="man: comma list")
+    parser.add_argument("--rows", default=",".join(MAN_ROWS), help="man: comma list")
+    parser.add_argument("--per_section", type=int, default=600, help="man: pages a section")
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--man", default="/usr/share/man")
+    parser.add_argument("--licences", default="/usr/share/common-licenses")
+    args = parser.parse_args()
+    if args.time_iters:
+        print_cost(args)
+    if args.time_only:
+        return
+    (man_rows if args.task == "man" else keyword_rows)(args)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ FIELDS = {
     "mesh_tensor": Entry(invalid=(3, 8)),  # 8 does not divide n_head=4
     "num_slices": Entry(),
     "num_segments": Entry(),
+    "mem_gradient": Entry(),
     "max_qa_length": Entry(),
     "lr_layer_decay_rate": Entry(invalid=(1.5,)),
     "lr_layer_decay_mode": Entry(invalid=("layer",)),

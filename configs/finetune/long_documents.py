@@ -8,6 +8,8 @@ Each text is cut into 4 consecutive segments of 128; the last ends in <cls>, and
 reads it with a memory of the 384 positions before (mem_len = seq_len * (num_segments - 1):
 every earlier position, in every layer). A shorter memory is cheaper but, with fewer layers
 than segments, cannot carry the first segment to the last (the Fine-tune page's figures).
+The gradient flows back through the memory into the earlier segments (mem_gradient, the
+default), which so learn what to carry.
 Our setting: the original fine-tunes one row, without memory.
 """
 

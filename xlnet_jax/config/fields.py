@@ -453,6 +453,16 @@ FIELDS = (
         at_least(1),
     ),
     Field(
+        "mem_gradient",
+        BOOL,
+        True,
+        "finetune",
+        "num_segments > 1: the gradient flows through the memory into a text's earlier "
+        "segments, which so train for the task (a backward pass over every segment); false: "
+        "they are read with the weights as they are and the memory is a constant.",
+        saved_before=False,
+    ),
+    Field(
         "max_qa_length",
         INT,
         128,

@@ -3,9 +3,15 @@
 Inputs are [B, S, *rows, L] (task.py): the S segments of each text run in order under one
 `lax.scan`, each segment's memory the last mem_len positions of the ones before (padding
 marked, so never attended), and the head's outputs of the last segment are the result. With
-S = 1 it is one call with no memory, as the original's classifier. The memory is a
-constant to the gradient (as in pretraining): earlier segments are read, not trained
-through, and run with constant weights, so the backward pass covers the last segment only.
+S = 1 it is one call with no memory, as the original's classifier.
+
+The segments of one text are one graph, so the gradient can take either of two paths:
+- mem_gradient False: the memory is a constant to the gradient (as in pretraining); the
+  earlier segments are read with constant weights, and the backward pass covers the last
+  segment only.
+- mem_gradient True: the gradient flows from the head back through the memory into every
+  earlier segment, which so learn what to leave in the memory for the task; the backward
+  pass covers all S segments (their activations are kept, or recomputed with config.remat).
 """
 
 import math
@@ -26,6 +32,7 @@ def apply_segments(
     deterministic: bool,
     dropout_key: jax.Array | None = None,
     network_inputs: Mapping[str, jax.Array] | None = None,
+    mem_gradient: bool = False,
 ):
     """The module's outputs on the last segment, with leading axes [B, *rows].
 
@@ -36,6 +43,8 @@ def apply_segments(
       deterministic: disables dropout; otherwise dropout_key seeds it (one key per segment).
       network_inputs: the task's network_inputs, each [B, ...]: passed to every segment's
         call as keyword arguments, repeated over the rows to [B * prod(rows), ...].
+      mem_gradient: the gradient flows through the memory into the earlier segments (see
+        the module's docstring); False reads them with constant weights and memory.
     """
     ids = inputs["input_ids"]
     batch, segments, *rows, length = ids.shape
@@ -63,10 +72,13 @@ def apply_segments(
 
     xs = (*(by_segment(inputs[k]) for k in INPUT_KEYS), jnp.arange(segments))
     if segments > 1:
-        # The earlier segments only make the memory, a constant to the gradient: run them
-        # with constant weights, so that the backward pass covers the last segment alone.
-        frozen = jax.lax.stop_gradient(params)
+        # Without mem_gradient the earlier segments only make the memory, a constant to the
+        # gradient: run them with constant weights, so the backward pass covers the last
+        # segment alone.
+        weights = params if mem_gradient else jax.lax.stop_gradient(params)
         earlier = jax.tree.map(lambda x: x[:-1], xs)
-        carry, _ = jax.lax.scan(lambda c, x: segment(frozen, c, x), carry, earlier)
+        carry, _ = jax.lax.scan(lambda c, x: segment(weights, c, x), carry, earlier)
+        if not mem_gradient:
+            carry = jax.lax.stop_gradient(carry)
     _, outputs = segment(params, carry, jax.tree.map(lambda x: x[-1], xs))
     return jax.tree.map(lambda x: x.reshape(batch, *rows, *x.shape[1:]), outputs)

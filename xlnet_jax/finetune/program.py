@@ -36,10 +36,21 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     return dataclasses.replace(model, mem_len=mem_len, reuse_len=0, bi_data=False)
 
 
-def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None, total_weight=None):
+def _loss(
+    task: Task,
+    module,
+    params,
+    batch,
+    *,
+    deterministic,
+    dropout_key=None,
+    total_weight=None,
+    mem_gradient=False,
+):
     """(the rows' weighted loss sum over max(total_weight, 1), the head's outputs): the
     rows' weighted mean loss unless `total_weight` (the whole batch's or share's weight, of
-    which these rows are a micro-batch) says otherwise."""
+    which these rows are a micro-batch) says otherwise. mem_gradient: as
+    forward.apply_segments."""
     outputs = apply_segments(
         module,
         params,
@@ -47,6 +58,7 @@ def _loss(task: Task, module, params, batch, *, deterministic, dropout_key=None,
         deterministic=deterministic,
         dropout_key=dropout_key,
         network_inputs={k: batch[k] for k in task.network_inputs},
+        mem_gradient=mem_gradient,
     )
     weight = batch["weight"]
     total = jnp.sum(weight) if total_weight is None else total_weight
@@ -153,6 +165,7 @@ def train_step(
     clip_norm: float = 0.0,
     sharding: NamedSharding | None = None,
     micro_batches: int = 1,
+    mem_gradient: bool = False,
 ):
     """One optimiser step on the batch's mean loss; a non-finite loss or gradient skips it.
 
@@ -160,14 +173,14 @@ def train_step(
     each with its own dropout key; the loss and gradient norm are the whole batch's.
     replicas None: tx clips the batch's gradient (clip_scope "global"); else the gradient is
     clipped per replica share as the original's TPU step (replica_gradients, with the
-    batch's sharding).
+    batch's sharding). mem_gradient: as forward.apply_segments.
     """
     dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
     def loss_fn(params, rows, key, total_weight):
         return _loss(
-            task, module, params, rows,
-            deterministic=False, dropout_key=key, total_weight=total_weight,
+            task, module, params, rows, deterministic=False, dropout_key=key,
+            total_weight=total_weight, mem_gradient=mem_gradient,
         )  # fmt: skip
 
     if replicas is None:
@@ -291,6 +304,7 @@ def build(
             clip_norm=config.clip_norm,
             sharding=batch_sharding,
             micro_batches=config.grad_accum_steps,
+            mem_gradient=config.mem_gradient,
         ),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, replicated),

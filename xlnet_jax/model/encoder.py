@@ -81,7 +81,8 @@ class XLNetEncoder(nn.Module):
 
         Returns:
           hidden: float32 [B, L, D], the last layer's output (after dropout, as the original).
-          new_mems: float32 [n_layer, B, mem_len', D] (see xlnet.update_memory).
+          new_mems: float32 [n_layer, B, mem_len', D] (see xlnet.update_memory), not cut
+            from the gradient: a caller that carries them as a constant stops it itself.
           new_mem_mask: bool [B, mem_len'].
         """
         cfg = self.config

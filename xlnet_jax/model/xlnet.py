@@ -52,12 +52,14 @@ def update_memory(
     """The next memory of one layer: concat(mem, input[:, :reuse_len])[:, -mem_len:], float32.
 
     reuse_len 0 keeps the whole segment (as HF); mem_len 0 gives an empty memory [B, 0, D].
-    The result is a constant for the next step (stop_gradient).
+    The gradient flows through it: the caller decides whether the memory is a constant
+    (XLNetLM, carried across pretraining steps) or trained through (fine-tuning's segments of
+    one text with mem_gradient, finetune/forward.py).
     """
     reused = layer_input if reuse_len == 0 else layer_input[:, :reuse_len]
     joined = jnp.concatenate([mem, reused.astype(jnp.float32)], axis=1)
     keep = min(mem_len, joined.shape[1])
-    return jax.lax.stop_gradient(joined[:, joined.shape[1] - keep :])
+    return joined[:, joined.shape[1] - keep :]
 
 
 class TiedEmbedding(nn.Module):
@@ -268,7 +270,8 @@ class XLNetLM(nn.Module):
           logits: float32 [B, P, vocab] at the targets.
           new_mems: float32 [n_layer, B, mem_len', D], each layer's input appended to its
             memory: concat(mems, input[:, :reuse_len])[:, -mem_len:] (mem_len' = mem_len once
-            enough has been seen; 0 when config.mem_len is 0).
+            enough has been seen; 0 when config.mem_len is 0); a constant to the gradient
+            (stop_gradient), as the original's memory carried from one step to the next.
         """
         cfg = self.config
         validate_model_config(cfg)
@@ -316,6 +319,7 @@ class XLNetLM(nn.Module):
         g = dropout(g, deterministic=deterministic)
         logits = word_embedding.attend(g) + lm_bias
         logits = nn.with_logical_constraint(logits, ("batch", "targets", "vocab"))
+        new_mems = jax.lax.stop_gradient(new_mems)
         return logits, nn.with_logical_constraint(
             new_mems, ("layers", "batch", "mem_length", "embed")
         )
