@@ -6,4 +6,6 @@ scripts/venv.sh "test,tpu"
 .venv/bin/ruff check xlnet_jax configs tests benchmarks docs/hooks
 # One pytest worker per core; a file runs whole in one worker, so module fixtures are built
 # once; files are handed out in collection order, the longest first (tests/conftest.py).
-.venv/bin/python -m pytest tests -q -n auto --dist loadfile --no-loadscope-reorder "$@"
+# The 25 slowest tests are listed at the end: every CI log says where the suite's time goes.
+.venv/bin/python -m pytest tests -q -n auto --dist loadfile --no-loadscope-reorder \
+  --durations=25 "$@"
