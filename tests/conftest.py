@@ -7,9 +7,6 @@ from tests.xla_flags import FAST_COMPILE  # noqa: E402
 
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Every program into the commands' compilation cache, not only those over a second: a test
-# module's runs of one shape then compile each small program once (xlnet_jax/cli.py).
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # gcsfs picks its filesystem class at import: without the gRPC bucket-type probe, which the
 # local GCS emulator (tests/gcs_emulator.py) lacks.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")

@@ -154,18 +154,13 @@ def _define_train(fv: flags.FlagValues) -> None:
 
 
 def _compilation_cache() -> None:
-    """A persistent compilation cache: a resumed or repeated run skips recompiling the step.
-
-    Programs that compile in under a second are left out, unless jax's own
-    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS says otherwise (0 caches every program).
-    """
+    """A persistent compilation cache: a resumed or repeated run skips recompiling the step."""
     import jax
 
     cache = os.environ.get("XLNET_JAX_COMPILATION_CACHE", "~/.cache/xlnet-jax/xla")
     if cache:
         jax.config.update("jax_compilation_cache_dir", os.path.expanduser(cache))
-        if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 def _setup_jax(fv: flags.FlagValues) -> None:
