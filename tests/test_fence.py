@@ -74,7 +74,10 @@ def test_a_write_is_cut_at_the_lease_deadline_and_refused_after_it(proxy):
         while not fired:  # the watchdog, at the same moment
             assert time.monotonic() < deadline, "the watchdog did not fire"
             time.sleep(0.05)
-        assert len(fired) == 1 and "was lost (storage did not answer" in fired[0]
+        # Which of two threads notices first, both at the lease's deadline, is the machine's
+        # timing: the renewal's retry giving up, or a check finding no renewal in time.
+        causes = ("was lost (storage did not answer for", "was lost (not renewed for")
+        assert len(fired) == 1 and any(cause in fired[0] for cause in causes), fired
         assert "\n" not in fired[0]
         with pytest.raises(LeaseLostError, match="writes nothing more"):
             fence.check()
