@@ -205,3 +205,10 @@ def test_the_help_explains_the_finetune_command():
     run_help = " ".join(subparsers["run"].format_help().split())
     assert "PROGRAM finetune runs `xlnet-jax finetune` instead of `train`" in run_help
     assert "--task-name TASK" in run_help
+
+
+def test_the_pod_page_shows_the_refusal_as_printed(task, capsys):
+    argv = ["run", "finetune", *TPU, "--accelerator-type", "v4-16", "--config", CONFIG]
+    assert pod.main([*argv, *task_flags(task), "--dry-run"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line in (REPO / "docs" / "tpu-pods.md").read_text().splitlines()
