@@ -39,7 +39,7 @@ OVERRIDES = [
     "--config.log_every=2",
     "--config.learning_rate=1e-3",
 ]
-STEP_DELAY_S = 1.0  # scripts/slow_steps.py: the SIGTERM sent after step 2 lands in step 3
+STEP_DELAY_S = 2.0  # scripts/slow_steps.py: the SIGTERM sent after step 2 lands in step 3
 
 
 def _sentences(rng: np.random.Generator, count: int) -> list[str]:
@@ -123,7 +123,9 @@ def test_a_preempted_run_is_restarted_and_ends_as_the_uninterrupted_one(
     while not (metrics.exists() and '"step": 2,' in metrics.read_text()):
         assert launcher.is_alive() and time.monotonic() < deadline, capsys.readouterr().err
         time.sleep(0.05)
-    os.kill(trainer_pid(workdir), signal.SIGTERM)  # a preemption notice
+    pid = trainer_pid(workdir)
+    assert pid is not None, "the fine-tuning process ended before step 3"
+    os.kill(pid, signal.SIGTERM)  # a preemption notice
     launcher.join(timeout=600)
     said = capsys.readouterr().err
     assert codes == [0], said

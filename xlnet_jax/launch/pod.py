@@ -577,8 +577,8 @@ def _check_program(args: argparse.Namespace, sub: argparse.ArgumentParser) -> No
     request for more (processes here, hosts of a slice) is refused in one line."""
     given = [dest for dest, _ in FINETUNE_FLAGS if getattr(args, dest) is not None]
     if args.program == "train":
-        for dest in given:
-            sub.error(f"argument --{dest.replace('_', '-')}: only with PROGRAM finetune")
+        if given:
+            sub.error(f"argument --{given[0].replace('_', '-')}: only with PROGRAM finetune")
         return
     for dest in FINETUNE_REQUIRED:
         if dest not in given:
