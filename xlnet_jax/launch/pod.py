@@ -225,13 +225,13 @@ def _local_options(parser: argparse.ArgumentParser) -> None:
         "--num-processes",
         type=names.positive_int,
         metavar="N",
-        help="processes to run (default: 2; PROGRAM finetune: 1, the only count it takes)",
+        help="processes to run (default: 2; `run finetune`: 1, the only count it takes)",
     )
     here.add_argument(
         "--num-cpu-devices",
         type=names.positive_int,
         metavar="K",
-        help="CPU devices per process (default: 1; PROGRAM finetune: JAX's own count)",
+        help="CPU devices per process (default: 1; `run finetune`: JAX's own count)",
     )
     here.add_argument("--port", type=names.port, help="coordinator port (default: a free one)")
     here.add_argument(
@@ -298,10 +298,17 @@ def _finetune_options(parser: argparse.ArgumentParser) -> None:
         help="the pretrained model: a pretraining workdir or an HF XLNet directory",
     )
     here.add_argument(
-        "--seeds", metavar="N", type=names.positive_int, help="seeds one after another"
+        "--seeds",
+        metavar="N",
+        type=names.positive_int,
+        help="fine-tune N times, one seed after another on the one host (medians in "
+        "WORKDIR/seeds.json)",
     )
     here.add_argument(
-        "--random-weights", action="store_true", default=None, help="the random-weights baseline"
+        "--random-weights",
+        action="store_true",
+        default=None,
+        help="start from random weights of --init-from's shape: the baseline",
     )
 
 
