@@ -95,7 +95,8 @@ def check_parses(argv: list[str]) -> None:
 
 
 def _check_launch(rest: list[str]) -> None:
-    """argparse's own checks, then the train command that `launch train|run` passes on."""
+    """argparse's own checks, then the train or finetune command that `launch train|run`
+    passes on."""
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
         try:
@@ -105,7 +106,7 @@ def _check_launch(rest: list[str]) -> None:
                 raise UsageError(stderr.getvalue().strip().splitlines()[-1]) from None
             return  # --help
     if args.command in ("train", "run"):
-        check_parses(["train", "--config", args.config, "--workdir", args.workdir, *args.overrides])
+        check_parses(pod.program_args(args, []))
 
 
 def _all_commands() -> list[tuple[str, str]]:
@@ -139,6 +140,8 @@ def test_every_documented_command_parses(monkeypatch):
         ("xlnet-jax launch stop --name x --zone us-east5-a --yes", "--yes"),
         ("xlnet-jax launch train --name x --zone us-east5-a --config configs/tiny.py "
          "--workdir gs://b/r --config.sed=1", "sed"),
+        ("xlnet-jax launch run finetune --backend local --config configs/finetune/cpu.py "
+         "--workdir w --task-name mnli --data-dir d --init-from s --config.sed=1", "sed"),
         ("xlnet-jax trian --config configs/tiny.py", "trian"),
     ],
 )  # fmt: skip

@@ -92,7 +92,7 @@ def _blocks() -> list[tuple[list[str], str]]:
 
 def test_every_launch_block_is_what_the_launcher_prints(capsys):
     blocks = _blocks()
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     for argv, output in blocks:
         assert argv[-1] == "--dry-run"
         assert pod.main(argv) == 0, argv

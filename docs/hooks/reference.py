@@ -85,10 +85,12 @@ def _absl_section(name: str) -> list[str]:
 def _argparse_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = ["| flag | default | what |", "|---|---|---|"]
     for action in parser._actions:  # argparse's own help formatter reads the same list
-        if not action.option_strings or isinstance(action, argparse._HelpAction):
+        if isinstance(action, argparse._HelpAction):
             continue
         flag = ", ".join(f"`{s}`" for s in action.option_strings)
-        if action.metavar and action.nargs != 0:
+        if not action.option_strings:  # a positional: its name, as the usage line shows it
+            flag = f"`{action.metavar or action.dest}`"
+        elif action.metavar and action.nargs != 0:
             flag += f" `{action.metavar}`"
         if action.required:
             default = "required"

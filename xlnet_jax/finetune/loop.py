@@ -10,6 +10,9 @@ evaluation, at the next batch: the last step is saved by then, so the run stops 
 
 A rerun that asks for another run than the workdir's checkpoints hold is refused before
 anything runs (rerun.py).
+
+The loop touches the launcher's heartbeat file (run/heartbeat.py) after each step, save and
+evaluation batch, so `launch run finetune` tells a hung run from a long one.
 """
 
 import contextlib
@@ -31,6 +34,7 @@ from xlnet_jax.finetune import batches, outputs, rerun
 from xlnet_jax.finetune.prepare import Inputs, Split
 from xlnet_jax.finetune.program import FinetuneProgram, build
 from xlnet_jax.run.fence import Fence
+from xlnet_jax.run.heartbeat import Heartbeat
 from xlnet_jax.run.validate import validate_batch_layout
 from xlnet_jax.run.workdir import prepare_workdir
 from xlnet_jax.training import run_config, sharding
@@ -152,11 +156,13 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         interval_start, pending = time.time(), []
         preemption = Preemption()
         cleanup.callback(preemption.restore)
+        heartbeat = Heartbeat()
         for step in range(start, config.num_train_steps):
             batch = batches.train_batch(inputs.train.features, config.batch_size, config.seed, step)
             state, metrics = program.train_step(state, program.put_batch(batch))
             pending.append(metrics)
             done = step + 1
+            heartbeat.beat()
             stop = preemption.requested(done - start)
             save = stop or done % config.checkpoint_every == 0 or done == config.num_train_steps
             if save or done % config.log_every == 0:
@@ -178,7 +184,8 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                 and done % config.eval_every == 0
                 and done < config.num_train_steps
             ):
-                for split, result in evaluate(program, state.params, inputs).items():
+                evals = evaluate(program, state.params, inputs, check_stop=heartbeat.beat)
+                for split, result in evals.items():
                     writer.write(done, {f"{split}/{k}": v for k, v in result.items()}, kind="eval")
                     progress.note(f"eval at step {done}, {split}: {_line(result)}")
                 interval_start = time.time()
@@ -187,13 +194,19 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                 writer.sync()
                 fence.check()
                 checkpointer.save(state, make_meta(config, fingerprint, done))
+                heartbeat.beat()
             if stop:
                 checkpointer.wait()
                 preemption.stop(done, config.num_train_steps, progress.note)
         checkpointer.wait()
         fence.check()
         final = config.num_train_steps
-        check_stop = functools.partial(_stop_evaluation, preemption, final, progress.note)
+        stop_evaluation = functools.partial(_stop_evaluation, preemption, final, progress.note)
+
+        def check_stop() -> None:
+            heartbeat.beat()
+            stop_evaluation()
+
         results = evaluate(program, state.params, inputs, workdir, check_stop)
         for split, result in results.items():
             writer.write(config.num_train_steps, {f"{split}/{k}": v for k, v in result.items()},

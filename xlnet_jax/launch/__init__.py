@@ -1,4 +1,4 @@
-"""Launch xlnet-jax training: on a TPU VM pod slice through gcloud, or as N local processes.
+"""Launch xlnet-jax training or fine-tuning: on a TPU VM slice through gcloud, or locally.
 
 `pod` is the command line (`xlnet-jax launch ...`, `python -m xlnet_jax.launch.pod ...`);
 `commands` and `remote` build what it runs, `shell` writes it as shell text; `runner`, `job`

@@ -1,10 +1,12 @@
-"""Argv lists for everything the launcher runs: gcloud, git, and the train command itself.
+"""Argv lists for everything the launcher runs: gcloud, git, and the train or finetune
+command itself.
 
 Each function returns a plain argv list, executed without a shell. Flags are written
 `--flag=value`, so no value can be read as a flag of its own (only ssh's fixed script
-follows `--command` as its own item). `train_args` is shared by both backends: the TPU
-backend runs it on every worker through `remote.train`, the local backend runs it N
-times on localhost; only the cluster flags differ.
+follows `--command` as its own item). `program_args` is shared by both backends: the TPU
+backend runs `train` on every worker (`finetune` on worker 0 of a one-host slice) through
+`remote.train`, the local backend runs `train` N times on localhost (`finetune` once);
+only the cluster flags differ.
 """
 
 import dataclasses
@@ -17,11 +19,23 @@ GCLOUD_QUEUED = ["gcloud", "compute", "tpus", "queued-resources"]
 TPU_CLUSTER_FLAGS = ["--distributed"]  # On a pod slice JAX finds the coordinator itself.
 
 
+def program_args(
+    command: str,
+    cluster_flags: Sequence[str],
+    config: str,
+    workdir: str,
+    flags: Sequence[str],
+) -> list[str]:
+    """`COMMAND ...` arguments of the xlnet-jax command (`train`, `finetune`), after its
+    program name: the cluster flags, the config and workdir, then `flags` in their order."""
+    return [command, *cluster_flags, f"--config={config}", f"--workdir={workdir}", *flags]
+
+
 def train_args(
     cluster_flags: Sequence[str], config: str, workdir: str, overrides: Sequence[str]
 ) -> list[str]:
     """`train ...` arguments of the xlnet-jax command, after its program name."""
-    return ["train", *cluster_flags, f"--config={config}", f"--workdir={workdir}", *overrides]
+    return program_args("train", cluster_flags, config, workdir, overrides)
 
 
 def local_cluster_flags(
@@ -172,3 +186,16 @@ def local_train(
         ]
         for i in range(num_processes)
     ]
+
+
+def local_finetune(
+    program: Sequence[str],
+    num_cpu_devices: int | None,
+    config: str,
+    workdir: str,
+    flags: Sequence[str],
+) -> list[list[str]]:
+    """The one `program finetune ...` argv of the local backend: fine-tuning runs in one
+    process, which joins no coordinator; `num_cpu_devices` (None: JAX's own count)."""
+    devices = [] if num_cpu_devices is None else [f"--num_cpu_devices={num_cpu_devices}"]
+    return [[*program, *program_args("finetune", devices, config, workdir, flags)]]

@@ -1,9 +1,12 @@
-"""`xlnet-jax launch`: create a TPU VM slice, install the project, train on it, stop, delete.
+"""`xlnet-jax launch`: create a TPU VM slice, install the project, train (or fine-tune) on it,
+stop, delete.
 
 Also `python -m xlnet_jax.launch.pod`. Each subcommand maps its flags to a list of argv
 lists (`commands`, `remote`) and runs them (`runner`), or with --dry-run prints them as
 shell text (`shell`: a long command one option per line). `train --backend local` runs the
-same train command as N processes on this machine (`local`).
+same train command as N processes on this machine (`local`). `run finetune` runs the
+finetune command instead, as one process (worker 0 of a one-host slice, or one local
+process), under the same restart policy: its rerun resumes from its newest checkpoint.
 """
 
 import argparse
@@ -13,6 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from xlnet_jax.errors import ConfigError
+from xlnet_jax.hardware import slices
 from xlnet_jax.launch import (
     commands,
     emulator,
@@ -30,6 +35,19 @@ LOCAL_LOGS = "xlnet-jax-logs"  # the local backend's logs of a gs:// workdir, un
 STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
 # `train` flags that `launch train` and `launch run` pass on, as the --config.FIELD overrides.
 TRAIN_SWITCHES = ("--allow_version_change",)
+# `finetune` flags that `launch run finetune` takes and passes on: (dest, its finetune flag).
+FINETUNE_FLAGS = (
+    ("task_name", "--task_name"),
+    ("data_dir", "--data_dir"),
+    ("init_from", "--init_from"),
+    ("seeds", "--seeds"),
+    ("random_weights", "--random_weights"),
+)
+FINETUNE_REQUIRED = ("task_name", "data_dir", "init_from")
+ONE_HOST = (
+    "fine-tuning runs in one process on one host today (several hosts sharing one "
+    "fine-tuning run are not built yet)"
+)
 
 EXAMPLES = """\
 a v3-32 slice (4 workers), start to end:
@@ -45,6 +63,13 @@ a v3-32 slice (4 workers), start to end:
 2 processes x 2 simulated CPU devices on this machine:
   xlnet-jax launch train --backend local --num-processes 2 --num-cpu-devices 2 \\
       --config configs/tiny.py --workdir workdirs/tiny
+
+fine-tune on a one-host slice (v3-8: worker 0 runs `xlnet-jax finetune`), restarted and
+resumed from its newest checkpoint after a preemption; a slice of several hosts is
+refused, as is --num-processes above 1 with --backend local (one process today):
+  xlnet-jax launch run finetune --name ft --zone europe-west4-a --accelerator-type v3-8 \\
+      --config configs/finetune/glue.py --workdir gs://my-bucket/mnli \\
+      --task-name mnli --data-dir gs://my-bucket/glue/MNLI --init-from gs://my-bucket/xlnet-base
 
 Add --dry-run to any subcommand to print its commands instead of running them. Every flag
 also takes underscores, as the other commands spell theirs (--num_cpu_devices, --dry_run).
@@ -200,13 +225,13 @@ def _local_options(parser: argparse.ArgumentParser) -> None:
         "--num-processes",
         type=names.positive_int,
         metavar="N",
-        help="processes to run (default: 2)",
+        help="processes to run (default: 2; `run finetune`: 1, the only count it takes)",
     )
     here.add_argument(
         "--num-cpu-devices",
         type=names.positive_int,
         metavar="K",
-        help="CPU devices per process (default: 1)",
+        help="CPU devices per process (default: 1; `run finetune`: JAX's own count)",
     )
     here.add_argument("--port", type=names.port, help="coordinator port (default: a free one)")
     here.add_argument(
@@ -249,6 +274,41 @@ def _restart_options(parser: argparse.ArgumentParser, default: int) -> None:
         help="a process whose training loop finished no step, evaluation or save for this "
         "long (from its start: restore and compile count) is hung: the job is stopped "
         "everywhere and restarted, as for a lost process (default: %(default)s)",
+    )
+
+
+def _finetune_options(parser: argparse.ArgumentParser) -> None:
+    """The flags of `finetune` that `run finetune` passes on (FINETUNE_FLAGS), as they are."""
+    here = parser.add_argument_group(
+        "PROGRAM finetune (passed on to `xlnet-jax finetune`; see its --help)"
+    )
+    here.add_argument(
+        "--task-name", metavar="TASK", type=names.not_an_option, help="e.g. mnli, race, squad"
+    )
+    here.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        type=names.not_an_option,
+        help="the task's files; on a TPU VM a gs:// path (or one on the worker)",
+    )
+    here.add_argument(
+        "--init-from",
+        metavar="DIR",
+        type=names.not_an_option,
+        help="the pretrained model: a pretraining workdir or an HF XLNet directory",
+    )
+    here.add_argument(
+        "--seeds",
+        metavar="N",
+        type=names.positive_int,
+        help="fine-tune N times, one seed after another on the one host (medians in "
+        "WORKDIR/seeds.json)",
+    )
+    here.add_argument(
+        "--random-weights",
+        action="store_true",
+        default=None,
+        help="start from random weights of --init-from's shape: the baseline",
     )
 
 
@@ -326,6 +386,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     _local_options(train)
     _restart_options(train, default=0)
+    train.set_defaults(program="train")
 
     status = _subcommand(
         sub,
@@ -384,7 +445,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     run = _subcommand(
         sub,
         "run",
-        "create, set up, train and watch; recreate and resume after preemptions",
+        "create, set up, train (or fine-tune) and watch; recreate and resume after preemptions",
         "Creates the slice unless it is up, runs `setup` and `train`, then checks the slice\n"
         "every --poll seconds. If gcloud reports it lost (preempted, terminated, suspended),\n"
         "deletes and recreates it, sets it up and trains again, which resumes from the\n"
@@ -402,11 +463,29 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "What is shipped: the committed tree, `git archive HEAD` of --source (default: the\n"
         "current directory), or a clone of --repo at --ref. Uncommitted changes (an edited\n"
         "or new config file too) are not: a tree with any is refused, naming them, unless\n"
-        "--allow-dirty (then a warning names what stays behind).",
-        usage="%(prog)s --name NAME --zone ZONE --accelerator-type TYPE --config CONFIG\n"
-        "         --workdir gs://... [create flags] [setup flags] [--config.FIELD=VALUE ...]\n"
-        "   or: %(prog)s --backend local --config CONFIG --workdir WORKDIR [--num-processes N]\n"
-        "         [--num-cpu-devices K] [--log-dir DIR] [--max-restarts N] [--config.FIELD=...]",
+        "--allow-dirty (then a warning names what stays behind).\n\n"
+        "PROGRAM finetune runs `xlnet-jax finetune` instead of `train`, with its --task-name,\n"
+        "--data-dir, --init-from, --seeds and --random-weights and any --config.FIELD=VALUE\n"
+        "passed on, under the same restart policy: the same command started again resumes\n"
+        "from the newest checkpoint in WORKDIR, bit for bit (SIGTERM saves and exits 6; its\n"
+        "own errors, exit 1 or 2, are not retried). It runs as ONE process: on worker 0 of a\n"
+        "one-host slice (v3-8, v4-8, v5litepod-8, v5p-8, v6e-8), or as one local process;\n"
+        "a slice of several hosts, a multislice or --num-processes above 1 is refused, since\n"
+        "several hosts sharing one fine-tuning run are not built yet.",
+        usage="%(prog)s [PROGRAM] --name NAME --zone ZONE --accelerator-type TYPE\n"
+        "         --config CONFIG --workdir gs://... [create flags] [setup flags]\n"
+        "         [finetune flags] [--config.FIELD=VALUE ...]\n"
+        "   or: %(prog)s [PROGRAM] --backend local --config CONFIG --workdir WORKDIR\n"
+        "         [--num-processes N] [--num-cpu-devices K] [--log-dir DIR] [--max-restarts N]\n"
+        "         [finetune flags] [--config.FIELD=...]",
+    )
+    run.add_argument(
+        "program",
+        nargs="?",
+        choices=["train", "finetune"],
+        default="train",
+        metavar="PROGRAM",
+        help="train (pretraining, the default) or finetune (one host only today)",
     )
     run.add_argument(
         "--backend", choices=["tpu", "local"], default="tpu", help="(default: %(default)s)"
@@ -417,6 +496,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _local_options(run)
     run.add_argument("--config", required=True, help="config file, e.g. configs/base.py")
     run.add_argument("--workdir", required=True, help="gs://BUCKET/PATH: survives the slice")
+    _finetune_options(run)
     _restart_options(run, default=5)
     run.add_argument(
         "--poll",
@@ -464,6 +544,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     if args.command == "run":  # its backends' flags were checked above
         if args.backend == "tpu" and not args.workdir.startswith("gs://"):
             sub.error("argument --workdir: must be on gs://, to outlive a preempted slice")
+        _check_program(args, sub)
         return args
     options = {
         "tpu": ["name", "zone", "project", "queued"],
@@ -496,6 +577,49 @@ def _check_run_backend(args: argparse.Namespace, sub: argparse.ArgumentParser) -
     for dest in ["name", "zone", "accelerator_type"]:
         if getattr(args, dest) is None:
             sub.error(f"argument --{dest.replace('_', '-')}: required with --backend tpu")
+
+
+def _check_program(args: argparse.Namespace, sub: argparse.ArgumentParser) -> None:
+    """`run`: each program's own flags go with it only; `finetune` runs one process, so a
+    request for more (processes here, hosts of a slice) is refused in one line."""
+    given = [dest for dest, _ in FINETUNE_FLAGS if getattr(args, dest) is not None]
+    if args.program == "train":
+        if given:
+            sub.error(f"argument --{given[0].replace('_', '-')}: only with PROGRAM finetune")
+        return
+    for dest in FINETUNE_REQUIRED:
+        if dest not in given:
+            sub.error(f"argument --{dest.replace('_', '-')}: required with PROGRAM finetune")
+    for extra in args.overrides:
+        if extra in TRAIN_SWITCHES:
+            sub.error(f"argument {extra}: only with PROGRAM train")
+    if args.port is not None:
+        sub.error("argument --port: only with PROGRAM train (fine-tuning joins no coordinator)")
+    if args.backend == "local":
+        if (args.num_processes or 1) > 1:
+            _refuse(
+                f"--num-processes {args.num_processes}: {ONE_HOST}; drop --num-processes and "
+                "give the one process more devices with --num-cpu-devices"
+            )
+        return
+    if args.node_count and args.node_count > 1:
+        _refuse(f"--node-count {args.node_count}: {ONE_HOST}; drop --node-count")
+    try:
+        hosts = slices.parse_slice(args.accelerator_type).hosts
+    except ConfigError:
+        hosts = None
+    if hosts != 1:
+        has = f"has {hosts} hosts" if hosts else "is of a generation whose hosts are unknown"
+        _refuse(
+            f"--accelerator-type {args.accelerator_type} {has}: {ONE_HOST}; use a one-host "
+            "slice (v3-8, v4-8, v5litepod-8, v5p-8, v6e-8), where worker 0 runs it"
+        )
+
+
+def _refuse(message: str) -> None:
+    """Ends the parse with one line (no usage: the flags are right, the request is not)."""
+    print(f"{PROG} run: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _check_slice(args: argparse.Namespace, sub: argparse.ArgumentParser) -> None:
@@ -553,13 +677,37 @@ def _setup(args: argparse.Namespace) -> Commands:
     ]
 
 
+def _program_flags(args: argparse.Namespace) -> list[str]:
+    """The program's flags after --config and --workdir: `finetune`'s own flags first (as
+    `--task_name=VALUE`...), then the overrides and switches in the order given."""
+    if args.program != "finetune":
+        return list(args.overrides)
+    named = [
+        flag if value is True else f"{flag}={value}"
+        for dest, flag in FINETUNE_FLAGS
+        if (value := getattr(args, dest)) is not None
+    ]
+    return [*named, *args.overrides]
+
+
+def program_args(args: argparse.Namespace, cluster_flags: Sequence[str]) -> list[str]:
+    """The xlnet-jax command that `launch train` or `launch run [PROGRAM]` runs, after its
+    program name: `train ...` or `finetune ...`."""
+    return commands.program_args(
+        args.program, cluster_flags, args.config, args.workdir, _program_flags(args)
+    )
+
+
 def _train(args: argparse.Namespace) -> Commands:
+    """Starts the program: `train --distributed` on every worker, `finetune` (one process,
+    no cluster flags) on worker 0 of its one-host slice."""
     if not args.workdir.startswith("gs://"):
         print("warning: --workdir is not on gs://; all workers must share it", file=sys.stderr)
-    train_args = commands.train_args(
-        commands.TPU_CLUSTER_FLAGS, args.config, args.workdir, args.overrides
-    )
-    return [commands.ssh(*_where(args), "all", remote.train(train_args), bool(args.queued))]
+    if args.program == "finetune":
+        script = remote.train(program_args(args, []))
+        return [commands.ssh(*_where(args), "0", script, bool(args.queued))]
+    script = remote.train(program_args(args, commands.TPU_CLUSTER_FLAGS))
+    return [commands.ssh(*_where(args), "all", script, bool(args.queued))]
 
 
 def _status(args: argparse.Namespace) -> Commands:
@@ -621,10 +769,15 @@ def local_log_dir(workdir: str) -> Path:
 
 
 def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
-    """`train --backend local` and `run --backend local`: N processes here, restarted as
-    `launch run` restarts a pod's job (`train`: only with --max-restarts)."""
+    """`train --backend local` and `run --backend local`: N processes here (`run finetune`:
+    one), restarted as `launch run` restarts a pod's job (`train`: only with
+    --max-restarts)."""
 
     def make_commands() -> Commands:
+        if args.program == "finetune":
+            return commands.local_finetune(
+                program, args.num_cpu_devices, args.config, args.workdir, _program_flags(args)
+            )
         return commands.local_train(
             program,
             args.port or local.free_port(),
