@@ -102,6 +102,29 @@ def test_corpus_scale_prints_its_table(env: dict):
     assert sum(line.startswith("| projection: ") for line in table) == 2
 
 
+def test_pretrain_vs_hf_prints_both_rows(env: dict):
+    """benchmarks/pretrain_vs_hf.py for two steps of a one-layer model on the small corpus:
+    our `train`, HF's trainer, HF's weights through import-hf, both scored by our eval; the
+    table has one row per side with a finite held-out loss and tokens/s."""
+    model = ("n_layer=1 d_model=32 n_head=2 d_head=16 d_inner=64 batch_size=2 seq_len=16 "
+             "reuse_len=8 mem_len=8 perm_size=8 num_predict=4").split()  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "pretrain_vs_hf.py"), "--out",
+         scratch("pretrain-vs-hf"), "--corpus", small_corpus(), "--steps", "2",
+         "--eval_steps", "1", "--tasks", "", *[f"--set={m}" for m in model]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a hang's bound, not a speed check: minutes on a loaded 2-core machine
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in result.stdout.splitlines()
+            if line.startswith(("| xlnet-jax |", "| HF |"))}  # fmt: skip
+    assert set(rows) == {"| xlnet-jax", "| HF"}, result.stdout
+    for tokens_per_sec, _, loss, _ in rows.values():
+        assert float(tokens_per_sec) > 0 and 0 < float(loss) < 2 * np.log(500), result.stdout
+
+
 def test_finetune_vs_hf_writes_official_layouts():
     """benchmarks/finetune_vs_hf.py's task files, from pages of made-up sentences, read back
     through our GLUE readers (SST-2, MNLI's three splits, STS-B) with the labels it meant:

@@ -30,6 +30,9 @@ VENV_BIN = Path(sys.executable).parent  # the quick start's .venv, where the sui
 RUN_HERE = ("xlnet-jax --help",)
 # (first words, why not here and what covers it) for every other command of a bash block.
 NOT_RUN_HERE = {
+    "python benchmarks/pretrain_vs_hf.py --out /tmp/pvh_real --steps 400": "two pretrainings "
+    "and 18 fine-tunings (23 minutes on 2 cores); tests/test_benchmarks_smoke.py runs it for "
+    "two steps of a one-layer model without fine-tuning",
     "python benchmarks/finetune_vs_hf.py --out demo/vs_hf --init_from demo/run --steps 100 "
     "--batch_size 16 --seeds 3": "fine-tunes 24 runs (27 minutes on 2 cores); "
     "tests/test_benchmarks_smoke.py reads its files back through the GLUE readers",
