@@ -21,10 +21,20 @@ from xlnet_jax.training import aot, aot_devices, fit, sharding
 from xlnet_jax.training.program import build_program
 
 
+@pytest.fixture(scope="module")
+def cloud_named():
+    """tiny compiled for a slice named by its Cloud type, v5litepod-4 (= v5e:2x2): also
+    test_tiny_compiles_and_fits's v5e case (one TPU compile costs ~30 CPU-s)."""
+    return aot.compile_train_step(tiny_config(), "v5litepod-4")
+
+
 @pytest.mark.parametrize("topology", ["v3:2x2", "v4:2x2x1", "v5e:2x2"])
-def test_tiny_compiles_and_fits(topology):
+def test_tiny_compiles_and_fits(topology, request):
     config = tiny_config()
-    report, compiled = aot.compile_train_step(config, topology)
+    if topology == "v5e:2x2":
+        report, compiled = request.getfixturevalue("cloud_named")
+    else:
+        report, compiled = aot.compile_train_step(config, topology)
     assert compiled is not None and report.fits
     assert report.num_devices in (4, 8)
     assert 0 < report.peak_bytes < report.hbm_bytes
@@ -131,12 +141,6 @@ def test_cli_names_a_bad_topology_in_one_line_listing_both_forms():
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "--topology" in done.stderr and "v4-64" in done.stderr and "v4:2x4x4" in done.stderr
-
-
-@pytest.fixture(scope="module")
-def cloud_named():
-    """tiny compiled for a slice named by its Cloud type, v5litepod-4 (= v5e:2x2)."""
-    return aot.compile_train_step(tiny_config(), "v5litepod-4")
 
 
 def test_a_cloud_type_is_its_topology_and_the_report_names_both(cloud_named):
