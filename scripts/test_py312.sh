@@ -21,6 +21,7 @@ if [ -z "${PYTHON312:-}" ] || ! "$PYTHON312" -c "$is_312" 2>/dev/null; then
   exit 1
 fi
 PYTHON="$PYTHON312" VENV=.venv312 scripts/venv.sh test-core
+[ -n "${INSTALL_ONLY:-}" ] && exit 0  # .ci/run installs every leg first, side by side
 .venv312/bin/python -c 'import sys, jax; print(f"Python {sys.version.split()[0]}, jax {jax.__version__}")'
 # One test of each kind where a file holds many alike (its other cases run on the main leg):
 # the leg stays a few minutes on 2 cores.

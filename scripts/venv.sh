@@ -30,4 +30,8 @@ if [ ! -f "$constraints" ]; then
   pin=()
 fi
 spec="."; [ -n "${1:-}" ] && spec=".[${1}]"
+# Done already for these extras, setup.py and pins: nothing to install (a rerun is instant).
+stamp="$spec $(cat setup.py "${pin[@]:1}" | sha256sum | cut -c1-16)"
+[ "$(cat "$VENV/.xlnet-jax-installed" 2>/dev/null)" = "$stamp" ] && exit 0
 "$VENV/bin/pip" install --quiet --disable-pip-version-check "${pin[@]}" -e "$spec"
+echo "$stamp" >"$VENV/.xlnet-jax-installed"
