@@ -58,9 +58,8 @@ def params(texts):
     """Random classifier parameters at a scale where every layer moves the logits."""
     ids = texts["input_ids"][:, 0]
     memory = jnp.zeros((XLA.n_layer, ids.shape[0], LENGTH, XLA.d_model)), ids > 0
-    init = SequenceHead(XLA, 3).init(
-        jax.random.key(0), ids, ids, ids < 0, *memory, deterministic=True
-    )["params"]
+    init = jax.jit(SequenceHead(XLA, 3).init, static_argnames="deterministic")
+    init = init(jax.random.key(0), ids, ids, ids < 0, *memory, deterministic=True)["params"]
     leaves, tree = jax.tree.flatten(init)
     keys = jax.random.split(jax.random.key(1), len(leaves))
     noise = [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
