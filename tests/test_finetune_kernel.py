@@ -50,7 +50,9 @@ def texts() -> dict[str, jax.Array]:
     rng = np.random.default_rng(0)
     rows = [pair_row(list(rng.integers(9, VOCAB, n)), None, LENGTH, SEGMENTS) for n in TEXT_LENGTHS]
     names = ("input_ids", "seg_ids", "input_mask")
-    return {k: jnp.asarray(np.stack(v)) for k, v in zip(names, zip(*rows, strict=True), strict=True)}
+    return {
+        k: jnp.asarray(np.stack(v)) for k, v in zip(names, zip(*rows, strict=True), strict=True)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,9 @@ def test_padding_order_is_the_encoder_padding_mask():
     row = masks.row_info(order, jnp.zeros((2, 4), jnp.int32), jnp.zeros((2, 1), jnp.int32), True)
     fields = (masks.SELF_RANK, masks.ROW_BLOCK, masks.ROW_POSITION)
     key_fields = (masks.KEY_RANK, masks.KEY_BLOCK, masks.KEY_POSITION)
-    hidden = masks.blocked(*(row[:, :, f, None] for f in fields), *(key[:, None, f] for f in key_fields))
+    hidden = masks.blocked(
+        *(row[:, :, f, None] for f in fields), *(key[:, None, f] for f in key_fields)
+    )
     # row 0 of each text (position 0) sees itself, not the other pads nor padded memory.
     want = jnp.asarray([[[True, False, False, True, False, False]], [[False] * 6]])
     np.testing.assert_array_equal(hidden, want)
@@ -105,7 +109,9 @@ def test_classifier_through_the_kernel_equals_xla(texts, params, mem_gradient):
     got_grads, got = run(KERNEL)
     want_grads, want = run(XLA)
     assert max_rel_error(got, want) < 1e-5
-    for (path, g), w in zip(jax.tree.leaves_with_path(got_grads), jax.tree.leaves(want_grads), strict=True):
+    for (path, g), w in zip(
+        jax.tree.leaves_with_path(got_grads), jax.tree.leaves(want_grads), strict=True
+    ):
         assert max_rel_error(g, w) < 1e-4, jax.tree_util.keystr(path)
 
 
