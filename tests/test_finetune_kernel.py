@@ -74,20 +74,29 @@ def max_rel_error(got, want) -> float:
     return max(float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b))) for a, b in pairs)
 
 
-def test_padding_order_is_the_encoder_padding_mask():
-    """Its dense form hides exactly the padded keys; a padded memory key is hidden too."""
-    input_mask = jnp.asarray([[True, True, False, False], [False, False, False, False]])
+@jax.jit
+def _padding_masks(input_mask: jax.Array, mem_mask: jax.Array):
+    """(padding_order's dense form, what row 0 of each text may not attend over the keys
+    [memory ; segment] as the kernel's tile mask says)."""
     order = masks.padding_order(input_mask)
-    np.testing.assert_array_equal(order.dense(), jnp.broadcast_to(input_mask[:, None], (2, 4, 4)))
-    mem_mask = jnp.asarray([[True, False], [False, False]])
-    key = masks.key_info(order, jnp.zeros((2, 4), jnp.int32), 2, mem_mask)
-    row = masks.row_info(order, jnp.zeros((2, 4), jnp.int32), jnp.zeros((2, 1), jnp.int32), True)
+    seg_ids = jnp.zeros(input_mask.shape, jnp.int32)
+    key = masks.key_info(order, seg_ids, mem_mask.shape[1], mem_mask)
+    row = masks.row_info(order, seg_ids, jnp.zeros((input_mask.shape[0], 1), jnp.int32), True)
     fields = (masks.SELF_RANK, masks.ROW_BLOCK, masks.ROW_POSITION)
     key_fields = (masks.KEY_RANK, masks.KEY_BLOCK, masks.KEY_POSITION)
     hidden = masks.blocked(
         *(row[:, :, f, None] for f in fields), *(key[:, None, f] for f in key_fields)
     )
-    # row 0 of each text (position 0) sees itself, not the other pads nor padded memory.
+    return order.dense(), hidden
+
+
+def test_padding_order_is_the_encoder_padding_mask():
+    """Its dense form hides exactly the padded keys; a padded memory key is hidden too."""
+    input_mask = jnp.asarray([[True, True, False, False], [False, False, False, False]])
+    mem_mask = jnp.asarray([[True, False], [False, False]])
+    dense, hidden = _padding_masks(input_mask, mem_mask)
+    np.testing.assert_array_equal(dense, jnp.broadcast_to(input_mask[:, None], (2, 4, 4)))
+    # Row 0 (a pad) sees itself, not the other pad nor the padded memory slot.
     want = jnp.asarray([[[True, False, False, True, False, False]], [[False] * 6]])
     np.testing.assert_array_equal(hidden, want)
 
