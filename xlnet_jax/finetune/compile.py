@@ -49,6 +49,9 @@ def compile_step(config: ml_collections.ConfigDict, target, task_name: str):
     if isinstance(target, str):
         target = aot_devices.tpu_target(target, config.num_slices)
     finetune_config.validate(config)
+    if target.xla_attention_only and config.attention_impl == "auto":
+        config = config.copy_and_resolve_references()
+        config.attention_impl = "xla"
     task = get_task(task_name)
     devices = list(target.devices)
     data, fsdp, _ = mesh_shape(config, len(devices))

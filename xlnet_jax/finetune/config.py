@@ -4,6 +4,8 @@ max_qa_length, lr_layer_decay_rate, and SQuAD's fields at the original run_squad
 defaults).
 
 The architecture (vocab_size, d_model, ...) is not set here: it comes from --init_from.
+attention_impl is pretraining's ("auto": the attention kernel on a TPU or an NVIDIA GPU, its
+padding masks as O(B·L) vectors, model/encoder.py; XLA on a CPU).
 The values are the original's run_classifier defaults where it has them; the presets in
 configs/finetune/ set each task's published values.
 """
@@ -39,7 +41,6 @@ def finetune_config() -> ml_collections.ConfigDict:
     c.eval_every = 0  # Steps between evaluations on the eval splits; 0: at the end only.
     c.checkpoint_every = 500
     c.keep_checkpoints = 1
-    c.attention_impl = "xla"  # The encoder's dense padding masks run the XLA path.
     return c
 
 

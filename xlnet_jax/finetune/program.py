@@ -136,8 +136,14 @@ def replica_gradients(
             keys = k[None]
         else:
             keys = jax.vmap(functools.partial(jax.random.fold_in, k))(jnp.arange(replicas))
+        # The shares' axis lies on the data devices (spmd_axis_name, when they are all of
+        # the replicas): so the attention kernel's shard_map runs each device on its own
+        # share, not on every share.
+        spmd_axes = None
+        if sharding is not None and sharding.mesh.shape["fsdp"] == 1:
+            spmd_axes = "data"
         with nn.logical_axis_rules(rules):
-            losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0, 0))(
+            losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0, 0), spmd_axis_name=spmd_axes)(
                 params, shares(rows), keys, weights
             )
         return (losses, place(grads)), None

@@ -8,7 +8,9 @@ an HF XLNet loads into it as it is.
 Padding follows the original's classifier (and HF's `input_mask`): True marks a pad; a pad
 key is hidden from every query but its own position (each row always sees itself, so a pad
 row stays finite). Memory slots carry the same mark (`mem_mask`), so that a short document
-read as several segments sees exactly what it would see read as one.
+read as several segments sees exactly what it would see read as one. With the attention
+kernel (config.attention_impl, as pretraining) these masks are O(B·L) vectors
+(kernels.masks.padding_order), so no [B, L, M + L] mask is built.
 """
 
 import flax.linen as nn
@@ -16,9 +18,16 @@ import jax
 import jax.numpy as jnp
 
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.model.attention import RelativeBiases, query_rows
+from xlnet_jax.model.attention import KernelRows, QueryRows, RelativeBiases, query_rows
+from xlnet_jax.model.kernels import masks
 from xlnet_jax.model.position import relative_positional_encoding
-from xlnet_jax.model.xlnet import TiedEmbedding, layer_stack, update_memory, validate_model_config
+from xlnet_jax.model.xlnet import (
+    TiedEmbedding,
+    layer_stack,
+    update_memory,
+    uses_kernel,
+    validate_model_config,
+)
 
 
 def update_mem_mask(
@@ -45,6 +54,23 @@ def _check_inputs(cfg: ModelConfig, input_ids, seg_ids, input_mask, mems, mem_ma
         raise ValueError(f"mem_mask must have shape {(batch, mems.shape[2])}, got {mem_mask.shape}")
     if cfg.bi_data:
         raise ValueError("bi_data is a pretraining setting: the encoder reads forward only")
+
+
+def _content_rows(cfg: ModelConfig, seg_ids, input_mask, mem_mask) -> QueryRows | KernelRows:
+    """The content stream's rows: a padded key (input_mask, mem_mask) is hidden from every
+    row but its own position. KernelRows (O(B·L) vectors, masks.padding_order) when the
+    attention kernel runs (xlnet.uses_kernel), else the XLA path's dense QueryRows."""
+    batch, length = seg_ids.shape
+    mem_len = mem_mask.shape[1]
+    positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+    if uses_kernel(cfg):
+        order = masks.padding_order(input_mask)
+        key = masks.key_info(order, seg_ids, mem_len, mem_mask)
+        return KernelRows(None, masks.row_info(order, seg_ids, positions, True), key)
+    pad_keys = input_mask[:, None, :] & ~jnp.eye(length, dtype=bool)
+    rows = query_rows(positions, pad_keys, seg_ids, mem_len)
+    mem_keys = jnp.broadcast_to(mem_mask[:, None, :], (batch, length, mem_len))
+    return rows._replace(blocked=rows.blocked.at[:, :, :mem_len].set(mem_keys))
 
 
 class XLNetEncoder(nn.Module):
@@ -100,12 +126,7 @@ class XLNetEncoder(nn.Module):
         )
         pos_emb = dropout(pos_emb, deterministic).astype(dtype)
 
-        input_mask = input_mask.astype(bool)
-        positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-        pad_keys = input_mask[:, None, :] & ~jnp.eye(length, dtype=bool)
-        rows = query_rows(positions, pad_keys, seg_ids, mem_len)
-        mem_keys = jnp.broadcast_to(mem_mask.astype(bool)[:, None, :], (batch, length, mem_len))
-        rows = rows._replace(blocked=rows.blocked.at[:, :, :mem_len].set(mem_keys))
+        rows = _content_rows(cfg, seg_ids, input_mask.astype(bool), mem_mask.astype(bool))
 
         shared_biases = None if cfg.untie_r else RelativeBiases(cfg, name="rel_biases")()
         mems = nn.with_logical_constraint(mems, ("layers", "batch", "mem_length", "embed"))

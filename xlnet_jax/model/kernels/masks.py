@@ -7,8 +7,13 @@ query i may NOT attend segment key j iff
 
 (block 0 is the reuse block, 1 the new block; a key outside the order has key_rank
 UNORDERED, below every self rank). The content stream additionally sees itself; memory
-keys are always visible. The kernel rebuilds a mask tile from these vectors, so no
-[B, Q, K] mask exists on its path; `dense()` is the [B, L, L] mask for the XLA path.
+keys are visible unless marked as padding. The kernel rebuilds a mask tile from these
+vectors, so no [B, Q, K] mask exists on its path; `dense()` is the [B, L, L] mask for the
+XLA path.
+
+Fine-tuning's padding masks are the same vectors (`padding_order`): every position in one
+block, real keys UNORDERED (seen by every row), padded keys at key_rank HIDDEN (seen by no
+row but their own position); a padded memory key gets block HIDDEN, above every row's.
 """
 
 from typing import NamedTuple
@@ -23,6 +28,9 @@ NO_KEY_POSITION = -(2**30)
 NO_ROW_POSITION = -(2**30) + 1
 # block of a memory key: below every segment block, so always visible.
 MEMORY_BLOCK = -1
+# key_rank of a padded key (after every self rank: its block's rows do not see it), and
+# block of a padded memory key (above every row's block: no row sees it).
+HIDDEN = 2**30
 # Score of a blocked key, as the XLA path (exp of it is 0 unless the whole row is blocked).
 BLOCKED = -1e30
 
@@ -66,18 +74,34 @@ def row_info(order: PermOrder, seg_ids: jax.Array, positions: jax.Array, sees_se
     return jnp.stack([f.astype(jnp.int32) for f in fields], axis=-1)
 
 
-def key_info(order: PermOrder, seg_ids: jax.Array, mem_len: int) -> jax.Array:
-    """int32 [B, KEY_FIELDS, M + L]: the keys [memory ; segment]; memory is type 0, visible."""
+def padding_order(input_mask: jax.Array) -> PermOrder:
+    """The content stream's mask of fine-tuning as a PermOrder: bool input_mask [B, L] (True
+    at padding) -> every row sees every real key and itself, no other padded key.
+
+    dense() is input_mask broadcast over the rows (the content stream adds its own position)."""
+    zeros = jnp.zeros(input_mask.shape, jnp.int32)
+    key_rank = jnp.where(input_mask.astype(bool), HIDDEN, UNORDERED).astype(jnp.int32)
+    return PermOrder(self_rank=zeros, key_rank=key_rank, block=zeros + 1)
+
+
+def key_info(
+    order: PermOrder, seg_ids: jax.Array, mem_len: int, mem_mask: jax.Array | None = None
+) -> jax.Array:
+    """int32 [B, KEY_FIELDS, M + L]: the keys [memory ; segment]. Memory is type 0 and
+    visible, but where mem_mask (bool [B, M], True at padding; None: none) hides it."""
     batch, length = seg_ids.shape
 
     def keys(memory_value, segment_values):
-        memory = jnp.full((batch, mem_len), memory_value, jnp.int32)
+        memory = jnp.broadcast_to(jnp.asarray(memory_value, jnp.int32), (batch, mem_len))
         return jnp.concatenate([memory, segment_values.astype(jnp.int32)], axis=1)
 
+    memory_block = MEMORY_BLOCK
+    if mem_mask is not None:
+        memory_block = jnp.where(mem_mask.astype(bool), HIDDEN, MEMORY_BLOCK)
     positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
     fields = (
         keys(UNORDERED, order.key_rank),
-        keys(MEMORY_BLOCK, order.block),
+        keys(memory_block, order.block),
         keys(NO_KEY_POSITION, positions),
         keys(0, seg_ids),
     )
