@@ -87,7 +87,9 @@ def test_a_killed_host_restarts_the_job_which_ends_bit_exact(proxy, tmp_path):
     killed = _launch(proxy, tmp_path, "killed", "--max-restarts=2", "--restart-pause=1")
     log, err = tmp_path / "killed-logs" / "process_0.log", tmp_path / "killed.err"
     deadline = time.time() + 900
-    while not re.search(r"^step 4/", _text(log), re.M):
+    # Step 5 comes after the save of step 4, which first waits for step 2's to complete: the
+    # relaunch then has a checkpoint to resume from (at step 4 it may not yet).
+    while not re.search(r"^step 5/", _text(log), re.M):
         assert killed.poll() is None and time.time() < deadline, _text(err)[-3000:]
         time.sleep(0.01)
     supervisor = int(re.search(r"process 1: pid (\d+)", _text(err)).group(1))
