@@ -26,8 +26,13 @@ from xlnet_jax.training.program import build_program
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "tests" / "train_config.py")
 SLOW_STEPS = REPO / "scripts" / "slow_steps.py"
-# One compilation cache for the whole session: later runs of the same step skip compiling.
-CACHE = tempfile.mkdtemp(prefix="xlnet-test-xla-cache-")
+# One compilation cache for the whole test run, shared by its pytest-xdist workers (the
+# run's id names it): later runs of the same step, in any test file, skip compiling it.
+CACHE = os.path.join(
+    tempfile.gettempdir(),
+    f"xlnet-test-xla-cache-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}",
+)
+os.makedirs(CACHE, exist_ok=True)
 
 
 def corpus_dir() -> str:
