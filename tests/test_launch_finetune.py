@@ -1,7 +1,9 @@
 """`xlnet-jax launch run finetune` on the local backend: a run preempted mid-way (SIGTERM:
 the trainer saves and exits 6) is started again by the launcher and ends exactly as an
 uninterrupted run; a bad input is not retried and its one line reaches the user; the dry
-run prints the one finetune command; more than one process or host is refused in one line.
+run prints the finetune command of each process (one, or N joined by a coordinator; every
+worker of a slice of several hosts); a multislice, and --seeds over several processes, are
+refused in one line. (tests/test_finetune_multihost.py runs several processes.)
 
 One tiny model and task (2 x 32 XLNet, 4 steps), and one uninterrupted `launch run finetune`
 for the module. The launched processes get one CPU device (this process simulates 8).
@@ -184,21 +186,42 @@ def test_a_one_host_slice_runs_it_on_worker_0(task, capsys):
     assert "--distributed" not in script
 
 
+def test_a_slice_of_several_hosts_runs_it_on_every_worker(task, capsys):
+    assert pod.main(["run", "finetune", *TPU, "--accelerator-type", "v4-16", "--config",
+                     "configs/finetune/glue.py", *task_flags(task), "--dry-run"]) == 0  # fmt: skip
+    *_, start = read_back(capsys.readouterr().out)
+    assert start[-3:-1] == ["--worker=all", "--command"]
+    assert "/bin/xlnet-jax finetune \\\n  --distributed \\\n  --config=" in start[-1]
+
+
+def test_the_dry_run_of_two_local_processes_joins_them(task, capsys):
+    argv = ["run", "finetune", "--backend", "local", "--config", CONFIG, "--workdir", "w",
+            "--num-processes", "2", "--num-cpu-devices", "2", "--port", "4321",
+            *task_flags(task), "--dry-run"]  # fmt: skip
+    assert pod.main(argv) == 0
+    commands = read_back(capsys.readouterr().out, programs=[sys.executable])
+    assert [c[3:8] for c in commands] == [
+        ["finetune", "--coordinator_address=127.0.0.1:4321", "--num_processes=2",
+         f"--process_id={i}", "--num_cpu_devices=2"]
+        for i in range(2)
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "where, said",
     [
-        (["--backend", "local", "--workdir", "w", "--num-processes", "2"], "--num-processes 2: "),
-        ([*TPU, "--accelerator-type", "v4-16"], "--accelerator-type v4-16 has 2 hosts: "),
+        (["--backend", "local", "--workdir", "w", "--num-processes", "2", "--seeds", "3"],
+         "--seeds 3 with --num-processes 2: "),
+        ([*TPU, "--accelerator-type", "v4-16", "--seeds", "3"], "--seeds 3 on --accelerator-type "),
         ([*TPU, "--accelerator-type", "v3-8", "--queued", "--node-count", "2"], "--node-count 2: "),
     ],
 )  # fmt: skip
-def test_more_than_one_process_is_refused_in_one_line(task, capsys, where, said):
+def test_what_it_does_not_run_is_refused_in_one_line(task, capsys, where, said):
     argv = ["run", "finetune", *where, "--config", CONFIG, *task_flags(task), "--dry-run"]
     assert pod.main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
     assert captured.err.startswith(f"xlnet-jax launch run: error: {said}")
-    assert "fine-tuning runs in one process on one host today" in captured.err
 
 
 def test_the_help_explains_the_finetune_command():
@@ -210,7 +233,8 @@ def test_the_help_explains_the_finetune_command():
 
 
 def test_the_pod_page_shows_the_refusal_as_printed(task, capsys):
-    argv = ["run", "finetune", *TPU, "--accelerator-type", "v4-16", "--config", CONFIG]
+    argv = ["run", "finetune", *TPU, "--accelerator-type", "v4-16", "--seeds", "5", "--config",
+            CONFIG]  # fmt: skip
     assert pod.main([*argv, *task_flags(task), "--dry-run"]) == 2
     line = capsys.readouterr().err.strip()
     assert line in (REPO / "docs" / "tpu-pods.md").read_text().splitlines()

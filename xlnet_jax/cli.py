@@ -83,6 +83,11 @@ def _define_workdir_command(fv: flags.FlagValues) -> None:
         "Run directory: checkpoints, metrics.jsonl, TensorBoard logs.",
         flag_values=fv,
     )
+    _define_cluster(fv)
+
+
+def _define_cluster(fv: flags.FlagValues) -> None:
+    """The flags that join a multi-process run (train, eval, finetune) and set the devices."""
     flags.DEFINE_bool(
         "distributed",
         False,
@@ -493,7 +498,7 @@ def _define_finetune(fv: flags.FlagValues) -> None:
         "pretraining must beat.",
         flag_values=fv,
     )
-    flags.DEFINE_integer("num_cpu_devices", None, "Simulated CPU devices (tests).", flag_values=fv)
+    _define_cluster(fv)
 
 
 def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
@@ -503,11 +508,12 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
     task_name, data_dir, init_from, workdir = (_require(fv, name) for name in names)
     if fv.seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {fv.seeds}")
-    if fv.num_cpu_devices:
-        import jax
-
-        jax.config.update("jax_num_cpu_devices", fv.num_cpu_devices)
-    _compilation_cache()
+    if fv.seeds > 1 and (fv.coordinator_address or fv.distributed):
+        raise UsageError(
+            f"--seeds {fv.seeds} runs in one process; several processes share one seed's run "
+            "only: drop --seeds, or run the seeds on one host"
+        )
+    _setup_jax(fv)
     from xlnet_jax.finetune import loop, outputs, prepare, seeds
 
     inputs = prepare.read_inputs(config, task_name, data_dir, init_from)

@@ -5,6 +5,11 @@ Training walks the features in one shuffled order per epoch (a permutation drawn
 depends on what ran before it: a resumed run reads exactly what an uninterrupted one would.
 Evaluation reads every feature once, in order; the last batch is filled with copies of
 feature 0 at weight 0, so every batch has the compiled shape.
+
+`rows`: the positions of a global batch that one process builds (program.host_rows: the
+rows its devices hold; all of them in one process). A process takes only the features at
+those positions, so the processes of a multi-host run each gather and send their own share
+of every batch, train and eval alike, and together form the one-process batch.
 """
 
 from collections.abc import Iterator
@@ -33,15 +38,22 @@ def take(features: Features, indices: np.ndarray, weight: np.ndarray) -> dict[st
     return batch
 
 
-def train_batch(features: Features, batch_size: int, seed: int, step: int) -> dict:
-    """Training step `step`'s batch (every row weight 1)."""
+def train_batch(
+    features: Features, batch_size: int, seed: int, step: int, rows: np.ndarray | None = None
+) -> dict:
+    """Training step `step`'s batch (every row weight 1), or its `rows` only."""
     indices = train_indices(len(features), batch_size, seed, step)
-    return take(features, indices, np.ones(batch_size))
+    rows = np.arange(batch_size) if rows is None else rows
+    return take(features, indices[rows], np.ones(len(rows)))
 
 
-def eval_batches(features: Features, batch_size: int) -> Iterator[tuple[dict, int]]:
-    """(batch, number of real rows) over all features in order."""
+def eval_batches(
+    features: Features, batch_size: int, rows: np.ndarray | None = None
+) -> Iterator[tuple[dict, int]]:
+    """(batch, number of real rows of the whole batch) over all features in order; with
+    `rows`, each batch holds those rows of it only."""
+    rows = np.arange(batch_size) if rows is None else rows
     for start in range(0, len(features), batch_size):
         real = min(batch_size, len(features) - start)
         indices = np.r_[np.arange(start, start + real), np.zeros(batch_size - real, int)]
-        yield take(features, indices, np.arange(batch_size) < real), real
+        yield take(features, indices[rows], rows < real), real

@@ -13,6 +13,17 @@ anything runs (rerun.py).
 
 The loop touches the launcher's heartbeat file (run/heartbeat.py) after each step, save and
 evaluation batch, so `launch run finetune` tells a hung run from a long one.
+
+Several processes (jax.distributed, one per host) share one run as pretraining's do. Each
+reads and tokenizes the splits (the fingerprint a resume checks, and SQuAD's window count,
+need every feature; tokenizing is the same wall time on every host), then gathers and sends
+only its own rows of each global batch: the rows its devices hold (program.host_rows), for
+training and evaluation alike. The batches, and so the steps, are the one-process run's.
+Each host evaluates its rows of each eval batch; the outputs come back replicated, so every
+process holds all predictions and metrics (no further gather) and process 0 alone writes
+the workdir's files: config, finetune.json, metrics, predictions, submissions and
+eval_results.json, each after its lease is checked. Every process holds a lock (or gs://
+lease) of its own and saves its shards of the checkpoints.
 """
 
 import contextlib
@@ -53,11 +64,13 @@ def predict(
     check_stop: Callable[[], None] = lambda: None,
 ) -> tuple[float, list]:
     """(mean loss, one prediction record per example) of a split, without dropout;
-    `check_stop` runs before each batch (it raises to stop)."""
+    `check_stop` runs before each batch (it raises to stop). This process reads its rows of
+    each batch; the outputs, replicated, are the whole batch's."""
     total, weight, chunks = 0.0, 0.0, []
-    for batch, real in batches.eval_batches(split.features, batch_size):
+    rows = program.host_rows(batch_size)
+    for batch, real in batches.eval_batches(split.features, batch_size, rows):
         check_stop()
-        loss_sum, count, out = program.predict_step(params, program.put_batch(batch))
+        loss_sum, count, out = program.predict_step(params, program.put_rows(batch, batch_size))
         total, weight = total + float(loss_sum), weight + float(count)
         chunks.append(jax.tree.map(lambda x, n=real: np.asarray(x)[:n], out))
     stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
@@ -73,16 +86,17 @@ def evaluate(
     check_stop: Callable[[], None] = lambda: None,
 ):
     """{split: metrics and loss} of every labelled split (the eval splits, labelled tests);
-    with `workdir`, also writes each split's predictions and its task's submission files.
-    `check_stop` runs before each batch (it raises to stop)."""
+    with `workdir`, process 0 also writes each split's predictions and its task's submission
+    files. `check_stop` runs before each batch (it raises to stop)."""
     results = {}
+    primary = jax.process_index() == 0
     splits = [*inputs.evals, *inputs.tests] if workdir else inputs.evals
     for split in splits:
         loss, records = predict(program, params, split, program.config.batch_size, check_stop)
         if program.task.labelled(split.examples):
             metrics = program.task.metrics(split.examples, records)
             results[split.name] = {**metrics, "loss": loss}
-        if workdir is None:
+        if workdir is None or not primary:
             continue
         log.info("wrote %s", outputs.write_predictions(workdir, split.name, records))
         for name, text in program.task.submission_files(split.name, records):
@@ -124,8 +138,16 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         return finished
     mesh = sharding.make_mesh(config)
     validate_batch_layout(config, sharding.num_data_shards(mesh), bi_data=False)
-    example = batches.train_batch(inputs.train.features, config.batch_size, config.seed, 0)
+    primary = jax.process_index() == 0
+    # One feature gives build its shapes: no process reads a row of another's share.
+    example = batches.take(inputs.train.features, np.zeros(1, int), np.ones(1))
     program = build(config, inputs.task, inputs.labels, mesh, example)
+    rows = program.host_rows(config.batch_size)
+    if jax.process_count() > 1:
+        log.info(
+            "process %d of %d reads rows %s of each batch of %d", jax.process_index(),
+            jax.process_count(), _spans(rows), config.batch_size,
+        )  # fmt: skip
     checkpoint_bytes = sum(
         x.size * x.dtype.itemsize for x in jax.tree.leaves(program.abstract_state)
     )
@@ -144,22 +166,27 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
         if start:
             log.info("Resumed from step %d in %s", start, workdir)
         fence.check()
-        run_config.save(workdir, config)
-        outputs.write_run_info(workdir, {
-            **rerun.run_info(inputs, random_weights),
-            "tokenizer": outputs.copy_tokenizer(workdir, inputs.encoder.model_path),
-        })  # fmt: skip
-        writer = MetricsWriter(workdir, drop=functools.partial(_redone, start, config))
+        if primary:
+            run_config.save(workdir, config)
+            outputs.write_run_info(workdir, {
+                **rerun.run_info(inputs, random_weights),
+                "tokenizer": outputs.copy_tokenizer(workdir, inputs.encoder.model_path),
+            })  # fmt: skip
+        writer = MetricsWriter(
+            workdir, enabled=primary, drop=functools.partial(_redone, start, config)
+        )
         cleanup.callback(writer.close)
-        progress = ProgressLine(config.num_train_steps)
+        progress = ProgressLine(config.num_train_steps, enabled=primary)
         tokens = config.batch_size * math.prod(example["input_ids"].shape[1:])
         interval_start, pending = time.time(), []
         preemption = Preemption()
         cleanup.callback(preemption.restore)
         heartbeat = Heartbeat()
         for step in range(start, config.num_train_steps):
-            batch = batches.train_batch(inputs.train.features, config.batch_size, config.seed, step)
-            state, metrics = program.train_step(state, program.put_batch(batch))
+            batch = batches.train_batch(
+                inputs.train.features, config.batch_size, config.seed, step, rows
+            )
+            state, metrics = program.train_step(state, program.put_rows(batch, config.batch_size))
             pending.append(metrics)
             done = step + 1
             heartbeat.beat()
@@ -213,9 +240,10 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
                          kind="eval")  # fmt: skip
             progress.note(f"{split} at step {config.num_train_steps}: {_line(result)}")
         fence.check()
-        outputs.write_json(
-            workdir, outputs.EVAL_RESULTS, {"step": config.num_train_steps, **results}
-        )
+        if primary:
+            outputs.write_json(
+                workdir, outputs.EVAL_RESULTS, {"step": config.num_train_steps, **results}
+            )
         if preemption.requested(final - start + 1):  # after the last batch's check
             progress.note(
                 f"{preemption.signal_name} at the end of the final evaluation: its results "
@@ -244,6 +272,14 @@ def _stop_evaluation(preemption: Preemption, step: int, note: Callable[[str], No
     if preemption.signal_name == "Ctrl-C":
         raise SavedAndInterrupted
     raise StoppedBeforeEnd(f"stopped in the final evaluation of step {step}")
+
+
+def _spans(rows: np.ndarray) -> str:
+    """Row positions as ranges: "0-3", "0-1, 4-5"."""
+    cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+    return ", ".join(
+        f"{part[0]}-{part[-1]}" if len(part) > 1 else f"{part[0]}" for part in np.split(rows, cuts)
+    )
 
 
 def _line(result: dict) -> str:

@@ -233,7 +233,9 @@ class FinetuneProgram:
       abstract_state: shapes, dtypes and shardings of the state (restore, AOT).
       train_step: jitted (state, batch) -> (state, metrics); the state is donated.
       predict_step: jitted (params, batch) -> (loss sum, weight sum, outputs).
-      put_batch: host arrays -> global arrays with rows over the data axes.
+      put_batch: host arrays of the whole batch -> global arrays with rows over the data axes.
+      host_rows, put_rows: the rows of a batch this process holds, and those rows alone ->
+        the global arrays (every process gives its own; the multi-host loop).
     """
 
     config: ml_collections.ConfigDict
@@ -250,6 +252,28 @@ class FinetuneProgram:
 
     def put_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         return {k: jax.device_put(v, self.batch_sharding) for k, v in batch.items()}
+
+    def host_rows(self, batch_size: int) -> np.ndarray:
+        """The positions in a batch of `batch_size` rows that this process's devices hold, in
+        order (every position in a single-process run)."""
+        shards = self.batch_sharding.addressable_devices_indices_map((batch_size,)).values()
+        held = {row for index in shards for row in range(*index[0].indices(batch_size))}
+        return np.array(sorted(held), dtype=np.int64)
+
+    def put_rows(self, rows: dict[str, np.ndarray], batch_size: int) -> dict[str, jax.Array]:
+        """Global arrays of a batch of `batch_size` rows from this process's rows of it (the
+        host_rows positions, in that order): each device takes its shard from them."""
+        positions = self.host_rows(batch_size)
+
+        def put(value: np.ndarray) -> jax.Array:
+            def shard(index: tuple) -> np.ndarray:
+                wanted = np.arange(batch_size)[index[0]]
+                return value[np.searchsorted(positions, wanted)]
+
+            shape = (batch_size, *value.shape[1:])
+            return jax.make_array_from_callback(shape, self.batch_sharding, shard)
+
+        return {k: put(v) for k, v in rows.items()}
 
     def activate(self):
         return sharding.activate(self.mesh, self.config.logical_axis_rules)

@@ -4,9 +4,9 @@ command itself.
 Each function returns a plain argv list, executed without a shell. Flags are written
 `--flag=value`, so no value can be read as a flag of its own (only ssh's fixed script
 follows `--command` as its own item). `program_args` is shared by both backends: the TPU
-backend runs `train` on every worker (`finetune` on worker 0 of a one-host slice) through
-`remote.train`, the local backend runs `train` N times on localhost (`finetune` once);
-only the cluster flags differ.
+backend runs `train` or `finetune` on every worker (`finetune` of a one-host slice on worker
+0 alone, joining no coordinator) through `remote.train`, the local backend runs it N times
+on localhost; only the cluster flags differ.
 """
 
 import dataclasses
@@ -190,12 +190,30 @@ def local_train(
 
 def local_finetune(
     program: Sequence[str],
+    port: int | None,
+    num_processes: int,
     num_cpu_devices: int | None,
     config: str,
     workdir: str,
     flags: Sequence[str],
 ) -> list[list[str]]:
-    """The one `program finetune ...` argv of the local backend: fine-tuning runs in one
-    process, which joins no coordinator; `num_cpu_devices` (None: JAX's own count)."""
-    devices = [] if num_cpu_devices is None else [f"--num_cpu_devices={num_cpu_devices}"]
-    return [[*program, *program_args("finetune", devices, config, workdir, flags)]]
+    """The `program finetune ...` argv of each local process. One process joins no
+    coordinator and has `num_cpu_devices` (None: JAX's own count); several join the one at
+    `port` as `local_train`'s do, with `num_cpu_devices` each (None: 1)."""
+    if num_processes == 1:
+        devices = [] if num_cpu_devices is None else [f"--num_cpu_devices={num_cpu_devices}"]
+        return [[*program, *program_args("finetune", devices, config, workdir, flags)]]
+    assert port is not None, "several processes need the coordinator's port"
+    return [
+        [
+            *program,
+            *program_args(
+                "finetune",
+                local_cluster_flags(port, num_processes, i, num_cpu_devices or 1),
+                config,
+                workdir,
+                flags,
+            ),
+        ]
+        for i in range(num_processes)
+    ]

@@ -5,8 +5,9 @@ Also `python -m xlnet_jax.launch.pod`. Each subcommand maps its flags to a list 
 lists (`commands`, `remote`) and runs them (`runner`), or with --dry-run prints them as
 shell text (`shell`: a long command one option per line). `train --backend local` runs the
 same train command as N processes on this machine (`local`). `run finetune` runs the
-finetune command instead, as one process (worker 0 of a one-host slice, or one local
-process), under the same restart policy: its rerun resumes from its newest checkpoint.
+finetune command instead (on every worker of a slice, worker 0 alone on a one-host slice,
+or as N local processes), under the same restart policy: its rerun resumes from its newest
+checkpoint.
 """
 
 import argparse
@@ -44,9 +45,10 @@ FINETUNE_FLAGS = (
     ("random_weights", "--random_weights"),
 )
 FINETUNE_REQUIRED = ("task_name", "data_dir", "init_from")
-ONE_HOST = (
-    "fine-tuning runs in one process on one host today (several hosts sharing one "
-    "fine-tuning run are not built yet)"
+ONE_SLICE = "fine-tuning runs on one slice (a multislice run is not built for it)"
+ONE_PROCESS_SEEDS = (
+    "--seeds runs its seeds one after another in one process (several processes share one "
+    "seed's run only)"
 )
 
 EXAMPLES = """\
@@ -64,10 +66,10 @@ a v3-32 slice (4 workers), start to end:
   xlnet-jax launch train --backend local --num-processes 2 --num-cpu-devices 2 \\
       --config configs/tiny.py --workdir workdirs/tiny
 
-fine-tune on a one-host slice (v3-8: worker 0 runs `xlnet-jax finetune`), restarted and
-resumed from its newest checkpoint after a preemption; a slice of several hosts is
-refused, as is --num-processes above 1 with --backend local (one process today):
-  xlnet-jax launch run finetune --name ft --zone europe-west4-a --accelerator-type v3-8 \\
+fine-tune on a slice (every worker runs `xlnet-jax finetune --distributed` and reads its
+share of each batch; on a one-host slice such as v3-8, worker 0 alone), restarted and
+resumed from its newest checkpoint after a preemption:
+  xlnet-jax launch run finetune --name ft --zone europe-west4-a --accelerator-type v4-16 \\
       --config configs/finetune/glue.py --workdir gs://my-bucket/mnli \\
       --task-name mnli --data-dir gs://my-bucket/glue/MNLI --init-from gs://my-bucket/xlnet-base
 
@@ -225,13 +227,13 @@ def _local_options(parser: argparse.ArgumentParser) -> None:
         "--num-processes",
         type=names.positive_int,
         metavar="N",
-        help="processes to run (default: 2; `run finetune`: 1, the only count it takes)",
+        help="processes to run (default: 2; `run finetune`: 1)",
     )
     here.add_argument(
         "--num-cpu-devices",
         type=names.positive_int,
         metavar="K",
-        help="CPU devices per process (default: 1; `run finetune`: JAX's own count)",
+        help="CPU devices per process (default: 1; one `run finetune` process: JAX's count)",
     )
     here.add_argument("--port", type=names.port, help="coordinator port (default: a free one)")
     here.add_argument(
@@ -468,10 +470,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--data-dir, --init-from, --seeds and --random-weights and any --config.FIELD=VALUE\n"
         "passed on, under the same restart policy: the same command started again resumes\n"
         "from the newest checkpoint in WORKDIR, bit for bit (SIGTERM saves and exits 6; its\n"
-        "own errors, exit 1 or 2, are not retried). It runs as ONE process: on worker 0 of a\n"
-        "one-host slice (v3-8, v4-8, v5litepod-8, v5p-8, v6e-8), or as one local process;\n"
-        "a slice of several hosts, a multislice or --num-processes above 1 is refused, since\n"
-        "several hosts sharing one fine-tuning run are not built yet.",
+        "own errors, exit 1 or 2, are not retried). On a slice of several hosts every worker\n"
+        "runs it (--distributed), each reading its share of every batch, and process 0 writes\n"
+        "the results; on a one-host slice (v3-8, v4-8, v5litepod-8, v5p-8, v6e-8) worker 0\n"
+        "runs it alone; locally, --num-processes N (default 1). A multislice, and --seeds\n"
+        "with several processes, are refused.",
         usage="%(prog)s [PROGRAM] --name NAME --zone ZONE --accelerator-type TYPE\n"
         "         --config CONFIG --workdir gs://... [create flags] [setup flags]\n"
         "         [finetune flags] [--config.FIELD=VALUE ...]\n"
@@ -485,7 +488,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         choices=["train", "finetune"],
         default="train",
         metavar="PROGRAM",
-        help="train (pretraining, the default) or finetune (one host only today)",
+        help="train (pretraining, the default) or finetune",
     )
     run.add_argument(
         "--backend", choices=["tpu", "local"], default="tpu", help="(default: %(default)s)"
@@ -580,8 +583,8 @@ def _check_run_backend(args: argparse.Namespace, sub: argparse.ArgumentParser) -
 
 
 def _check_program(args: argparse.Namespace, sub: argparse.ArgumentParser) -> None:
-    """`run`: each program's own flags go with it only; `finetune` runs one process, so a
-    request for more (processes here, hosts of a slice) is refused in one line."""
+    """`run`: each program's own flags go with it only; what `finetune` does not run (a
+    multislice, --seeds over several processes) is refused in one line."""
     given = [dest for dest, _ in FINETUNE_FLAGS if getattr(args, dest) is not None]
     if args.program == "train":
         if given:
@@ -593,27 +596,32 @@ def _check_program(args: argparse.Namespace, sub: argparse.ArgumentParser) -> No
     for extra in args.overrides:
         if extra in TRAIN_SWITCHES:
             sub.error(f"argument {extra}: only with PROGRAM train")
-    if args.port is not None:
-        sub.error("argument --port: only with PROGRAM train (fine-tuning joins no coordinator)")
+    seeds = (args.seeds or 1) > 1
     if args.backend == "local":
-        if (args.num_processes or 1) > 1:
+        processes = args.num_processes or 1
+        if args.port is not None and processes == 1:
+            sub.error("argument --port: one fine-tuning process joins no coordinator")
+        if seeds and processes > 1:
             _refuse(
-                f"--num-processes {args.num_processes}: {ONE_HOST}; drop --num-processes and "
-                "give the one process more devices with --num-cpu-devices"
+                f"--seeds {args.seeds} with --num-processes {processes}: {ONE_PROCESS_SEEDS}; "
+                "drop one of them"
             )
         return
     if args.node_count and args.node_count > 1:
-        _refuse(f"--node-count {args.node_count}: {ONE_HOST}; drop --node-count")
-    try:
-        hosts = slices.parse_slice(args.accelerator_type).hosts
-    except ConfigError:
-        hosts = None
-    if hosts != 1:
-        has = f"has {hosts} hosts" if hosts else "is of a generation whose hosts are unknown"
+        _refuse(f"--node-count {args.node_count}: {ONE_SLICE}; drop --node-count")
+    if seeds and _hosts(args.accelerator_type) != 1:
         _refuse(
-            f"--accelerator-type {args.accelerator_type} {has}: {ONE_HOST}; use a one-host "
-            "slice (v3-8, v4-8, v5litepod-8, v5p-8, v6e-8), where worker 0 runs it"
+            f"--seeds {args.seeds} on --accelerator-type {args.accelerator_type}, a slice of "
+            f"several hosts: {ONE_PROCESS_SEEDS}; use a one-host slice or drop --seeds"
         )
+
+
+def _hosts(accelerator_type: str) -> int | None:
+    """The slice's host count; None for a generation whose hosts are unknown."""
+    try:
+        return slices.parse_slice(accelerator_type).hosts
+    except ConfigError:
+        return None
 
 
 def _refuse(message: str) -> None:
@@ -699,11 +707,11 @@ def program_args(args: argparse.Namespace, cluster_flags: Sequence[str]) -> list
 
 
 def _train(args: argparse.Namespace) -> Commands:
-    """Starts the program: `train --distributed` on every worker, `finetune` (one process,
-    no cluster flags) on worker 0 of its one-host slice."""
+    """Starts the program with --distributed on every worker; `finetune` of a one-host
+    slice on worker 0 alone, joining no coordinator."""
     if not args.workdir.startswith("gs://"):
         print("warning: --workdir is not on gs://; all workers must share it", file=sys.stderr)
-    if args.program == "finetune":
+    if args.program == "finetune" and _hosts(args.accelerator_type) == 1:
         script = remote.train(program_args(args, []))
         return [commands.ssh(*_where(args), "0", script, bool(args.queued))]
     script = remote.train(program_args(args, commands.TPU_CLUSTER_FLAGS))
@@ -770,14 +778,17 @@ def local_log_dir(workdir: str) -> Path:
 
 def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
     """`train --backend local` and `run --backend local`: N processes here (`run finetune`:
-    one), restarted as `launch run` restarts a pod's job (`train`: only with
+    one by default), restarted as `launch run` restarts a pod's job (`train`: only with
     --max-restarts)."""
 
     def make_commands() -> Commands:
         if args.program == "finetune":
+            processes = args.num_processes or 1
+            port = (args.port or local.free_port()) if processes > 1 else None
             return commands.local_finetune(
-                program, args.num_cpu_devices, args.config, args.workdir, _program_flags(args)
-            )
+                program, port, processes, args.num_cpu_devices, args.config, args.workdir,
+                _program_flags(args),
+            )  # fmt: skip
         return commands.local_train(
             program,
             args.port or local.free_port(),
