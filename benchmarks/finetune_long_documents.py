@@ -203,10 +203,9 @@ def race_articles(args, composer: Composer, split: str, direct: bool) -> list[tu
             part = composer.cut(_sentences(text, 2), args.seq_len - 3 - longest)
             used = composer.tokens(part)
             room = 0 if direct else args.seq_len * args.segments - 3 - longest - used
-            filler = composer.fill(rng, room)
             order = [list(RACE_SECTIONS)[i] for i in rng.permutation(len(RACE_SECTIONS))]
             article = {
-                "article": f"{part} {filler}".strip(),
+                "article": f"{part} {composer.fill(rng, room)}".strip(),
                 "questions": [RACE_QUESTION],
                 "options": [[RACE_SECTIONS[s] for s in order]],
                 "answers": ["ABCD"[order.index(section)]],
@@ -352,8 +351,8 @@ def keyword_rows(args) -> None:
 MAN_ROWS = {  # name -> (direct, all segments?, memory?, mem_gradient)
     "direct": (True, False, False, False),
     "truncated": (False, False, False, False),
-    "memory": (False, True, True, False),
     "memory_gradient": (False, True, True, True),
+    "memory": (False, True, True, False),
     "no_memory": (False, True, False, False),
 }
 
