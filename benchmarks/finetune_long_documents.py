@@ -10,11 +10,16 @@ head reads, so the label is learnable only if the memory carries the deciding pa
   (/usr/share/common-licenses) fills the rest. --layouts places the deciding sentences:
   "first" (the first segment), "middle" (segment (segments - 1) // 2), "question" (a page
   of each section in the first segment, and a question at the end asks which section the
-  first, or the second, is from: RACE's case). Rows per layout: the deciding part read
-  directly (one segment: the deciding sentences, and the question, without the filler),
-  all segments with memory (every earlier position) for each mem_gradient, and all
-  segments without memory.
-Each row is one `xlnet-jax finetune --task_name classification` run; dev accuracy per row.
+  first, or the second, is from), "race" (RACE's case in RACE's own files, --task_name
+  race: a passage of a page's two DESCRIPTION sentences, of section 1, 3, 7 or 8, and the
+  licence text after them; the question, in the last segment, asks which section the page
+  at the passage's start is from, the four sections' titles as options (man's own names,
+  shuffled per question)). Rows per layout: the deciding part read in one segment
+  (classification: directly, the deciding sentences and the question without the filler;
+  race: the passage truncated to fit, the original's reading, which keeps the deciding
+  sentences), all segments with memory (every earlier position) for each mem_gradient, and
+  all segments without memory.
+Each row is one `xlnet-jax finetune` run; dev accuracy per row.
 First, the cost side: the train step's time and XLA's memory per (num_segments, mem_len,
 mem_gradient), all settings compiled in one process and called in turn (--time_only stops
 there; --time_iters 0 skips it).
@@ -22,12 +27,15 @@ there; --time_iters 0 skips it).
     python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/longdoc
     python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/man \
         --task man --seq_len 64
+    python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/race \
+        --task man --layouts race --segments 2 --seq_len 64 --batch 8 --lr 1e-3 --time_iters 0
 """
 
 import argparse
 import functools
 import glob
 import hashlib
+import json
 import os
 import re
 import statistics
@@ -170,12 +178,71 @@ def write_man_task(args, composer: Composer, out: str, layout: str, direct: bool
     return counts
 
 
+RACE_SECTIONS = {  # man's own title of each section: the options
+    "1": "executable programs or shell commands",
+    "3": "library calls",
+    "7": "miscellaneous",
+    "8": "system administration commands",
+}
+RACE_QUESTION = "Question: the passage starts with a page of _."
+
+
+def race_articles(args, composer: Composer, split: str, direct: bool) -> list[tuple[str, dict]]:
+    """(file name, RACE article) of one split: one question each, the passage as long as
+    every option's row (segments x seq_len: passage <sep> question <sep> <cls>) allows
+    (direct: the deciding sentences alone)."""
+    qas = [RACE_QUESTION.replace("_", title) for title in RACE_SECTIONS.values()]
+    longest = max(map(composer.tokens, qas))
+    rng = np.random.default_rng([args.seed, len(split)])
+    articles = []
+    for section in RACE_SECTIONS:
+        for name, text in _pages(args.man, section, args.per_section):
+            digest = int(hashlib.sha256(name.encode()).hexdigest(), 16)
+            if (digest % 5 == 0) != (split == "dev"):
+                continue
+            part = composer.cut(_sentences(text, 2), args.seq_len - 3 - longest)
+            used = composer.tokens(part)
+            room = 0 if direct else args.seq_len * args.segments - 3 - longest - used
+            order = [list(RACE_SECTIONS)[i] for i in rng.permutation(len(RACE_SECTIONS))]
+            article = {
+                "article": f"{part} {composer.fill(rng, room)}".strip(),
+                "questions": [RACE_QUESTION],
+                "options": [[RACE_SECTIONS[s] for s in order]],
+                "answers": ["ABCD"[order.index(section)]],
+                "id": name,
+            }
+            articles.append((f"{('middle', 'high')[digest // 5 % 2]}/{section}_{name}", article))
+    return articles
+
+
+def write_race_task(args, composer: Composer, out: str, direct: bool) -> dict:
+    """OUT/{train,dev}/{middle,high}/*.txt, RACE's layout; question counts per split."""
+    counts = {}
+    for split in ("train", "dev"):
+        for level in ("middle", "high"):
+            os.makedirs(os.path.join(out, split, level), exist_ok=True)
+        articles = race_articles(args, composer, split, direct)
+        for name, article in articles:
+            with open(os.path.join(out, split, f"{name}.txt"), "w") as f:
+                json.dump(article, f)
+        counts[split] = len(articles)
+    return counts
+
+
 def run(
-    args, data: str, workdir: str, segments: int, mem_len: int, mem_gradient: bool = False
+    args,
+    data: str,
+    workdir: str,
+    segments: int,
+    mem_len: int,
+    mem_gradient: bool = False,
+    race: bool = False,
 ) -> dict:
+    """One fine-tuning run: classification, or RACE (its question and option kept whole)."""
+    task = ("race", f"--config.max_qa_length={args.seq_len // 2}") if race else ("classification",)
     return finetune(
         workdir,
-        "--config", "configs/finetune/cpu.py", "--task_name", "classification",
+        "--config", "configs/finetune/cpu.py", "--task_name", *task,
         "--data_dir", data, "--init_from", args.init_from,
         f"--config.seq_len={args.seq_len}", f"--config.num_segments={segments}",
         f"--config.mem_len={mem_len}", f"--config.mem_gradient={mem_gradient}",
@@ -283,10 +350,19 @@ def keyword_rows(args) -> None:
 
 MAN_ROWS = {  # name -> (direct, all segments?, memory?, mem_gradient)
     "direct": (True, False, False, False),
-    "memory": (False, True, True, False),
+    "truncated": (False, False, False, False),
     "memory_gradient": (False, True, True, True),
+    "memory": (False, True, True, False),
     "no_memory": (False, True, False, False),
 }
+
+
+def layout_rows(args, layout: str) -> list[str]:
+    """The rows asked for (--rows), else a layout's own: RACE's reading of one segment is
+    its own passage truncated, the others' the deciding part without the filler."""
+    if args.rows:
+        return args.rows.split(",")
+    return [("truncated" if layout == "race" else "direct"), *list(MAN_ROWS)[2:]]
 
 
 def man_rows(args) -> None:
@@ -294,19 +370,22 @@ def man_rows(args) -> None:
     full = args.seq_len * (args.segments - 1)
     table = []
     for layout in args.layouts.split(","):
-        for name in args.rows.split(","):
+        for name in layout_rows(args, layout):
             direct, segmented, memory, mem_gradient = MAN_ROWS[name]
             data = os.path.join(args.out, f"data_{layout}_{'direct' if direct else 'long'}")
-            counts = write_man_task(args, composer, data, layout, direct)
+            if layout == "race":
+                counts = write_race_task(args, composer, data, direct)
+            else:
+                counts = write_man_task(args, composer, data, layout, direct)
             segments = args.segments if segmented else 1
             mem_len = full if memory else 0
             workdir = os.path.join(args.out, f"{layout}_{name}")
-            result = run(args, data, workdir, segments, mem_len, mem_gradient)
+            result = run(args, data, workdir, segments, mem_len, mem_gradient, layout == "race")
             table.append((layout, name, segments, mem_len, mem_gradient, counts, result))
     print(machine())
-    print(f"\nman page section (1 or 3) from two DESCRIPTION sentences, licence text filling "
-          f"{args.segments} x seq_len {args.seq_len}; {args.steps} steps of batch {args.batch}, "
-          f"{args.seeds} seed(s); chance 0.5\n")  # fmt: skip
+    print(f"\nman page section from two DESCRIPTION sentences (1 or 3; race: 1, 3, 7 or 8), "
+          f"licence text filling {args.segments} x seq_len {args.seq_len}; {args.steps} steps of "
+          f"batch {args.batch}, {args.seeds} seed(s); chance 0.5 (race: 0.25)\n")  # fmt: skip
     print("| layout | reading | num_segments | mem_len | mem_gradient | train/dev | "
           "dev accuracy | ms/step (in the run) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
@@ -331,8 +410,10 @@ def main() -> None:
     parser.add_argument("--time_iters", type=int, default=20, help="timed steps per setting")
     parser.add_argument("--time_only", action="store_true", help="only the cost table")
     parser.add_argument("--task", choices=("keyword", "man"), default="keyword")
-    parser.add_argument("--layouts", default="first,middle,question", help="man: comma list")
-    parser.add_argument("--rows", default=",".join(MAN_ROWS), help="man: comma list")
+    parser.add_argument(
+        "--layouts", default="first,middle,question", help="man: comma list (or race)"
+    )
+    parser.add_argument("--rows", help=f"man: comma list of {', '.join(MAN_ROWS)}")
     parser.add_argument("--per_section", type=int, default=600, help="man: pages a section")
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--man", default="/usr/share/man")
