@@ -264,17 +264,21 @@ def load_config(preset: str, fields: dict[str, object]):
     return config
 
 
-def ours(args, task: str, data_dir: str, init_from: str, seeds: list[int]) -> list[tuple]:
+def ours(
+    args, task: str, data_dir: str, init_from: str, seeds: list[int], random_weights: bool = False
+) -> list[tuple]:
     """`xlnet-jax finetune --seeds N` (one process: the data read and the step compiled
     once): [(eval results, tokens/s)] per seed, tokens/s from the median of the logged
-    intervals' step times (metrics.jsonl) but the first, which holds the compile."""
+    intervals' step times (metrics.jsonl) but the first, which holds the compile.
+    `random_weights` adds --random_weights: init_from's shape and tokenizer, fresh weights."""
     preset = PRESETS[task][0]
     fields = {**settings(args, task), "seed": seeds[0], "checkpoint_every": args.steps,
               "log_every": max(1, min(25, args.steps // 4)), "eval_every": 0}  # fmt: skip
     workdir = os.path.join(args.out, "ours", task)
     _run("finetune", "--workdir", workdir, "--config", preset, "--task_name", task,
          "--data_dir", data_dir, "--init_from", init_from, f"--seeds={len(seeds)}",
-         *[f"--config.{k}={v}" for k, v in fields.items()], log=workdir + ".log")  # fmt: skip
+         *[f"--config.{k}={v}" for k, v in fields.items()],
+         *(["--random_weights"] if random_weights else []), log=workdir + ".log")  # fmt: skip
     tokens = args.batch_size * load_config(preset, fields).seq_len
     runs = []
     for seed in seeds:
