@@ -12,6 +12,10 @@ weights of the same shape and tokenizer (`finetune --random_weights`).
 The learning-rate schedule is the run's, over max(--steps): the checkpoint at step 100 of an
 800-step run is taken mid-schedule, not from a 100-step run decayed to zero.
 
+A rerun with the same --out reuses what the first one finished (the corpus, the pretraining
+run when it holds max(--steps), each task's fine-tuning whose every seed has its results), so
+a budget can be added to a finished run; remove --out to start over.
+
 A budget "clearly beats" random weights on a task when every seed's score from it is above
 every seed's score from random weights (the two ranges do not overlap), on the task's first
 metric. The table says, per budget, on which tasks it does; the last line names the smallest
@@ -221,11 +225,12 @@ def main(argv: list[str] | None = None) -> None:
         argparse.Namespace(**{**vars(args), "status": ""}), os.path.join(args.out, "data")
     )
     flags = run_flags(args, corpus_dir, config.vocab_size)
-    losses, scores = {}, {RANDOM: pvh.downstream(args, "random", run, random_weights=True)}
-    for step in args.budgets:
+    losses = {}
+    scores = {RANDOM: pvh.downstream(args, "random", run, random_weights=True, reuse=True)}
+    for step in reversed(args.budgets):  # the largest first: it decides whether any does
         source = checkpoint_at(run, step)
         losses[step] = pvh.held_out(source, config, flags)
-        scores[step] = pvh.downstream(args, f"step_{step}", source)
+        scores[step] = pvh.downstream(args, f"step_{step}", source, reuse=True)
     print(machine())
     print(
         f"\n{args.config} {' '.join(args.set)}: d_model {config.d_model}, {config.n_layer} "

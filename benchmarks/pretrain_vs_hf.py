@@ -335,11 +335,15 @@ def held_out(init_from: str, config, flags: list[str]) -> dict:
 
 
 def downstream(
-    args: argparse.Namespace, name: str, init_from: str, random_weights: bool = False
+    args: argparse.Namespace,
+    name: str,
+    init_from: str,
+    random_weights: bool = False,
+    reuse: bool = False,
 ) -> dict:
     """Our `finetune` of each task from `init_from` (finetune_vs_hf.ours, --seeds seeds;
-    `random_weights`: from fresh weights of its shape and tokenizer): {(task, metric name):
-    per-seed values}."""
+    `random_weights`: from fresh weights of its shape and tokenizer; `reuse`: a finished
+    earlier run's results where there are some): {(task, metric name): per-seed values}."""
     settings = argparse.Namespace(
         **{**vars(args), "out": os.path.join(args.out, "ft_" + name), "steps": args.ft_steps}
     )
@@ -352,6 +356,7 @@ def downstream(
             init_from,
             list(range(args.seeds)),
             random_weights,
+            reuse,
         )
         for split, metric in vs_hf.PRESETS[task][1]:
             label = metric if split == "dev" else f"{split} {metric}"
