@@ -13,8 +13,9 @@ The learning-rate schedule is the run's, over max(--steps): the checkpoint at st
 800-step run is taken mid-schedule, not from a 100-step run decayed to zero.
 
 A rerun with the same --out reuses what the first one finished (the corpus, the pretraining
-run when it holds max(--steps), each task's fine-tuning whose every seed has its results), so
-a budget can be added to a finished run; remove --out to start over.
+run when it holds max(--steps), each checkpoint's held-out loss, each task's fine-tuning
+whose every seed has its results), so a budget can be added to a finished run; remove --out
+to start over.
 
 A budget "clearly beats" random weights on a task when every seed's score from it is above
 every seed's score from random weights (the two ranges do not overlap), on the task's first
@@ -26,6 +27,7 @@ budget that does on every task, or says none of those tried does.
 """
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -88,6 +90,19 @@ def checkpoint_at(run: str, step: int) -> str:
             os.path.join(workdir, "checkpoints", str(step)),
         )
     return workdir
+
+
+def held_out(source: str, config, flags: list[str]) -> dict:
+    """Our `eval` of a checkpoint copy (pretrain_vs_hf.held_out), kept in its held_out.json
+    for a rerun."""
+    path = os.path.join(source, "held_out.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    result = pvh.held_out(source, config, flags)
+    with open(path, "w") as f:
+        json.dump(result, f, default=float)  # numpy scalars
+    return result
 
 
 def primary(scores: dict) -> dict[str, list[float]]:
@@ -229,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     scores = {RANDOM: pvh.downstream(args, "random", run, random_weights=True, reuse=True)}
     for step in reversed(args.budgets):  # the largest first: it decides whether any does
         source = checkpoint_at(run, step)
-        losses[step] = pvh.held_out(source, config, flags)
+        losses[step] = held_out(source, config, flags)
         scores[step] = pvh.downstream(args, f"step_{step}", source, reuse=True)
     print(machine())
     print(
