@@ -191,7 +191,9 @@ def plot(path: str, budgets: list[int], losses: dict[int, dict], scores: dict) -
             capsize=3,
             label="pretrained",
         )
-        ax.axhline(statistics.median(random[task]), color="C3", ls="--", label=RANDOM)
+        ax.axhline(
+            statistics.median(random[task]), color="C3", ls="--", label=f"{RANDOM} (range shaded)"
+        )
         ax.axhspan(min(random[task]), max(random[task]), color="C3", alpha=0.15)
         ax.axhline(CHANCE[task], color="grey", ls=":", label="chance")
         ax.set(title=task, xlabel="pretraining steps", ylabel=names[task], xscale="log")
