@@ -14,6 +14,7 @@ JAX_RANGE = ">=0.10.2,<0.13"
 HF = ["torch>=2.13.0", "transformers>=5.23.0,<6"]
 BEAM = ["apache-beam>=2.77.0,<2.78"]  # holds protobuf < 7, pillow < 13, pyarrow < 26
 DOCS = ["mkdocs>=1.6.1,<1.7", "mkdocs-material>=9.8.1,<10"]
+PLOTS = ["matplotlib>=3.11.2,<4"]  # benchmarks' PNG curves (benchmarks/pretrain_steps.py --png)
 TEST_TOOLS = [
     "pytest>=9.2.0,<10",
     "pytest-xdist>=3.8.0,<4",
@@ -58,6 +59,7 @@ setuptools.setup(
             'triton==3.6.0; platform_system == "Linux"',  # compiles the GPU kernel to sm_90
             *BEAM,
             *DOCS,
+            *PLOTS,
         ],
         "tpu": [f"jax[tpu]{JAX_RANGE}"],
         # NVIDIA GPUs: the CUDA plugin and CUDA libraries built for the jax installed.
@@ -66,6 +68,7 @@ setuptools.setup(
         "hf": HF,  # export-hf / import-hf with torch, without the test suite
         "beam": BEAM,
         "docs": DOCS,
+        "plots": PLOTS,
     },
     entry_points={"console_scripts": ["xlnet-jax=xlnet_jax.cli:run"]},
 )

@@ -36,6 +36,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -264,26 +265,41 @@ def load_config(preset: str, fields: dict[str, object]):
     return config
 
 
-def ours(args, task: str, data_dir: str, init_from: str, seeds: list[int]) -> list[tuple]:
+def ours(
+    args,
+    task: str,
+    data_dir: str,
+    init_from: str,
+    seeds: list[int],
+    random_weights: bool = False,
+    reuse: bool = False,
+) -> list[tuple]:
     """`xlnet-jax finetune --seeds N` (one process: the data read and the step compiled
     once): [(eval results, tokens/s)] per seed, tokens/s from the median of the logged
-    intervals' step times (metrics.jsonl) but the first, which holds the compile."""
+    intervals' step times (metrics.jsonl) but the first, which holds the compile.
+    `random_weights` adds --random_weights: init_from's shape and tokenizer, fresh weights.
+    `reuse` reads the results a finished earlier command left in the same workdir instead."""
     preset = PRESETS[task][0]
     fields = {**settings(args, task), "seed": seeds[0], "checkpoint_every": args.steps,
               "log_every": max(1, min(25, args.steps // 4)), "eval_every": 0}  # fmt: skip
     workdir = os.path.join(args.out, "ours", task)
-    _run("finetune", "--workdir", workdir, "--config", preset, "--task_name", task,
-         "--data_dir", data_dir, "--init_from", init_from, f"--seeds={len(seeds)}",
-         *[f"--config.{k}={v}" for k, v in fields.items()], log=workdir + ".log")  # fmt: skip
+    runs = [workdir if len(seeds) == 1 else os.path.join(workdir, f"seed_{s}") for s in seeds]
+    if reuse and all(os.path.isfile(os.path.join(r, "eval_results.json")) for r in runs):
+        print(f"reusing the fine-tuning in {workdir}", flush=True)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)  # what an unfinished command left
+        _run("finetune", "--workdir", workdir, "--config", preset, "--task_name", task,
+             "--data_dir", data_dir, "--init_from", init_from, f"--seeds={len(seeds)}",
+             *[f"--config.{k}={v}" for k, v in fields.items()],
+             *(["--random_weights"] if random_weights else []), log=workdir + ".log")  # fmt: skip
     tokens = args.batch_size * load_config(preset, fields).seq_len
-    runs = []
-    for seed in seeds:
-        run = workdir if len(seeds) == 1 else os.path.join(workdir, f"seed_{seed}")
+    results_per_seed = []
+    for run in runs:
         records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
         times = [r["step_time"] for r in records if "step_time" in r][1:]  # past the compile
         results = json.load(open(os.path.join(run, "eval_results.json")))
-        runs.append((results, tokens / statistics.median(times)))
-    return runs
+        results_per_seed.append((results, tokens / statistics.median(times)))
+    return results_per_seed
 
 
 def hf_side(args, task: str, data_dir: str, init_from: str, export: str, seeds: list[int]):

@@ -334,16 +334,29 @@ def held_out(init_from: str, config, flags: list[str]) -> dict:
     return evaluate.evaluate_run(config, None, init_from)
 
 
-def downstream(args: argparse.Namespace, name: str, init_from: str) -> dict:
-    """Our `finetune` of each task from `init_from` (finetune_vs_hf.ours, --seeds seeds):
-    {(task, metric name): per-seed values}."""
+def downstream(
+    args: argparse.Namespace,
+    name: str,
+    init_from: str,
+    random_weights: bool = False,
+    reuse: bool = False,
+) -> dict:
+    """Our `finetune` of each task from `init_from` (finetune_vs_hf.ours, --seeds seeds;
+    `random_weights`: from fresh weights of its shape and tokenizer; `reuse`: a finished
+    earlier run's results where there are some): {(task, metric name): per-seed values}."""
     settings = argparse.Namespace(
         **{**vars(args), "out": os.path.join(args.out, "ft_" + name), "steps": args.ft_steps}
     )
     scores = {}
     for task in args.tasks:
         runs = vs_hf.ours(
-            settings, task, os.path.join(args.out, "data", task), init_from, list(range(args.seeds))
+            settings,
+            task,
+            os.path.join(args.out, "data", task),
+            init_from,
+            list(range(args.seeds)),
+            random_weights,
+            reuse,
         )
         for split, metric in vs_hf.PRESETS[task][1]:
             label = metric if split == "dev" else f"{split} {metric}"
@@ -385,8 +398,9 @@ def tables(config, rows: dict[str, dict], scores: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the corpus, the pretraining config and the downstream judge, all but
+    --steps (shared with benchmarks/pretrain_steps.py)."""
     parser.add_argument("--out", required=True, help="where the corpus, runs and logs go")
     parser.add_argument("--config", default="configs/tiny.py")
     parser.add_argument(
@@ -396,7 +410,6 @@ def main(argv: list[str] | None = None) -> None:
         metavar="FIELD=VALUE",
         help="a config field for both sides (repeatable)",
     )
-    parser.add_argument("--steps", type=int, default=300, help="pretraining steps, each side")
     parser.add_argument("--eval_steps", type=int, default=16, help="held-out batches")
     parser.add_argument("--corpus", help="a prepared corpus (default: the man pages, here)")
     parser.add_argument("--man", default="/usr/share/man")
@@ -416,11 +429,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pages", type=int, default=400, help="task pages per section")
     parser.add_argument("--words", type=int, default=40, help="words of an SST-2 sentence")
     parser.add_argument("--pairs", type=int, default=1600, help="train pairs (dev: a quarter)")
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The parsed options, --tasks as a list of known tasks; --out created."""
     args = parser.parse_args(argv)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if unknown := set(args.tasks) - set(DOWNSTREAM):
         parser.error(f"--tasks: unknown {sorted(unknown)}; choose from {', '.join(DOWNSTREAM)}")
     os.makedirs(args.out, exist_ok=True)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.add_argument("--steps", type=int, default=300, help="pretraining steps, each side")
+    args = parse(parser, argv)
     corpus_dir = corpus(args)
     config = run_config(args, corpus_dir)
     flags = config_flags(args, corpus_dir, config.vocab_size)

@@ -33,6 +33,10 @@ NOT_RUN_HERE = {
     "python benchmarks/pretrain_vs_hf.py --out /tmp/pvh_real --steps 400": "two pretrainings "
     "and 18 fine-tunings (23 minutes on 2 cores); tests/test_benchmarks_smoke.py runs it for "
     "two steps of a one-layer model without fine-tuning",
+    "python benchmarks/pretrain_steps.py --out /tmp/pst --steps 100,200,400,800": "one "
+    "pretraining and 45 fine-tunings (about an hour on 2 cores); "
+    "tests/test_benchmark_transfer_smoke.py runs it for two steps of a one-layer model and "
+    "one task",
     "python benchmarks/finetune_vs_hf.py --out demo/vs_hf --init_from demo/run --steps 100 "
     "--batch_size 16 --seeds 3": "fine-tunes 24 runs (27 minutes on 2 cores); "
     "tests/test_benchmarks_smoke.py reads its files back through the GLUE readers",
