@@ -268,3 +268,24 @@ def test_seeds_run_one_after_another_and_report_the_median(source, data, tmp_pat
     for seed in (0, 1):
         results = json.loads((tmp_path / f"seed_{seed}" / "eval_results.json").read_text())
         assert results["dev"]["accuracy"] == accuracies[seed]
+
+
+def test_seeds_side_by_side_equal_each_seed_run_alone_on_its_devices(source, data, tmp_path):
+    """--seeds 2 --devices_per_seed 4: seed 0 on devices 0-3 and seed 1 on devices 4-7, at
+    once (a thread each). Each seed's checkpoint, results and predictions are those of the
+    seed run by itself (--config.seed K) on a host of just its 4 devices, bit for bit (the
+    same program), and seeds.json's medians are theirs."""
+    side = tmp_path / "side"
+    assert finetune(side, source, data, "--seeds=2", "--devices_per_seed=4") == 0
+    record = json.loads((side / "seeds.json").read_text())
+    devices = jax.devices()
+    alone = {}
+    for seed, group in ((0, devices[:4]), (1, devices[4:])):
+        with mock.patch.object(jax, "devices", lambda group=group: group):
+            workdir = tmp_path / f"alone_{seed}"
+            assert finetune(workdir, source, data, f"--config.seed={seed}") == 0
+        assert_same_run(side / f"seed_{seed}", workdir)
+        alone[seed] = json.loads((workdir / "eval_results.json").read_text())
+        assert record["seeds"][str(seed)] == {k: v for k, v in alone[seed].items() if k != "step"}
+    accuracies = [alone[s]["dev"]["accuracy"] for s in (0, 1)]
+    assert record["median"]["dev"]["accuracy"] == np.median(accuracies)

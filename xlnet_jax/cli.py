@@ -491,6 +491,14 @@ def _define_finetune(fv: flags.FlagValues) -> None:
         "another on this host, and report each result and the median (WORKDIR/seeds.json).",
         flag_values=fv,
     )
+    flags.DEFINE_integer(
+        "devices_per_seed",
+        0,
+        "With --seeds: run the seeds side by side, each on its own D of this host's devices "
+        "(the devices cut into groups of D; a group runs its seeds one after another); a "
+        "seed's run is the one it would be alone on D devices. 0: each seed on every device.",
+        flag_values=fv,
+    )
     flags.DEFINE_bool(
         "random_weights",
         False,
@@ -513,6 +521,11 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
             f"--seeds {fv.seeds} runs in one process; several processes share one seed's run "
             "only: drop --seeds, or run the seeds on one host"
         )
+    if fv.devices_per_seed < 0 or (fv.devices_per_seed and fv.seeds == 1):
+        raise UsageError(
+            f"--devices_per_seed {fv.devices_per_seed}: it sets how many devices each of "
+            "--seeds N runs on, side by side (N > 1, D >= 1); drop it for one seed"
+        )
     _setup_jax(fv)
     from xlnet_jax.finetune import loop, outputs, prepare, seeds
 
@@ -522,8 +535,9 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
             record = loop.finetune(inputs, workdir, random_weights=fv.random_weights)
         else:
             record = seeds.finetune_seeds(
-                inputs, workdir, fv.seeds, random_weights=fv.random_weights
-            )
+                inputs, workdir, fv.seeds, random_weights=fv.random_weights,
+                devices_per_seed=fv.devices_per_seed,
+            )  # fmt: skip
     print(outputs.to_json(record, indent=2))
     return 0
 

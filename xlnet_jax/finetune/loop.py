@@ -32,7 +32,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jax
 import ml_collections
@@ -123,9 +123,21 @@ def _initial_state(program: FinetuneProgram, inputs: Inputs, random_weights: boo
     return state.replace(params={**state.params, "transformer": pretrained})
 
 
-def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> dict[str, dict]:
+def finetune(
+    inputs: Inputs,
+    workdir: str,
+    *,
+    random_weights: bool = False,
+    devices: Sequence[jax.Device] | None = None,
+    preemption: Preemption | None = None,
+    prefix: str = "",
+) -> dict[str, dict]:
     """Fine-tunes to config.num_train_steps in `workdir` (resuming), then evaluates and writes
-    eval_results.json, predictions/ and the task's submission files; returns the final results."""
+    eval_results.json, predictions/ and the task's submission files; returns the final results.
+
+    devices: the mesh's (default: every device). preemption: the SIGTERM / Ctrl-C watcher to
+    obey, where runs in threads share the main thread's (default: this run's own). prefix:
+    what each console line starts with."""
     config: ml_collections.ConfigDict = inputs.config
     rerun.check(workdir, inputs, random_weights)
     finished = outputs.read_final_results(workdir, config.num_train_steps)
@@ -136,7 +148,7 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
             workdir, config.num_train_steps, outputs.EVAL_RESULTS,
         )  # fmt: skip
         return finished
-    mesh = sharding.make_mesh(config)
+    mesh = sharding.make_mesh(config, devices)
     validate_batch_layout(config, sharding.num_data_shards(mesh), bi_data=False)
     primary = jax.process_index() == 0
     # One feature gives build its shapes: no process reads a row of another's share.
@@ -176,11 +188,12 @@ def finetune(inputs: Inputs, workdir: str, *, random_weights: bool = False) -> d
             workdir, enabled=primary, drop=functools.partial(_redone, start, config)
         )
         cleanup.callback(writer.close)
-        progress = ProgressLine(config.num_train_steps, enabled=primary)
+        progress = ProgressLine(config.num_train_steps, enabled=primary, prefix=prefix)
         tokens = config.batch_size * math.prod(example["input_ids"].shape[1:])
         interval_start, pending = time.time(), []
-        preemption = Preemption()
-        cleanup.callback(preemption.restore)
+        if preemption is None:
+            preemption = Preemption()
+            cleanup.callback(preemption.restore)
         heartbeat = Heartbeat()
         for step in range(start, config.num_train_steps):
             batch = batches.train_batch(

@@ -8,10 +8,12 @@ import time
 class ProgressLine:
     """Prints progress to stderr on the primary process."""
 
-    def __init__(self, total_steps: int, *, enabled: bool = True, stream=None):
+    def __init__(self, total_steps: int, *, enabled: bool = True, stream=None, prefix: str = ""):
+        """prefix: what each line starts with (e.g. "seed 3: ", where runs share a console)."""
         self.total_steps = total_steps
         self.enabled = enabled
         self.stream = stream or sys.stderr
+        self.prefix = prefix
         self._start = time.time()
 
     def update(self, step: int, metrics: dict, throughput: dict) -> None:
@@ -21,7 +23,7 @@ class ProgressLine:
         remaining = (self.total_steps - step) * throughput["step_time"]
         eta = datetime.timedelta(seconds=round(remaining))
         self.stream.write(
-            f"step {step}/{self.total_steps} | loss {float(metrics['loss']):.4f} | "
+            f"{self.prefix}step {step}/{self.total_steps} | loss {float(metrics['loss']):.4f} | "
             f"acc {float(metrics['accuracy']):.3f} | "
             f"{throughput['tokens_per_sec']:,.0f} tok/s | "
             f"{throughput['step_time'] * 1e3:.0f} ms/step | MFU {throughput['mfu']:.1%} | "
@@ -32,5 +34,5 @@ class ProgressLine:
     def note(self, text: str) -> None:
         """A one-off line (eval results, checkpoints, preemption)."""
         if self.enabled:
-            self.stream.write(text + "\n")
+            self.stream.write(self.prefix + text + "\n")
             self.stream.flush()
