@@ -26,7 +26,9 @@ PYTHON="$PYTHON312" VENV=.venv312 scripts/venv.sh test-core
 # One test of each kind where a file holds many alike (its other cases run on the main leg):
 # the leg stays a few minutes on 2 cores.
 core=(
-  tests/test_model_leakage.py tests/test_model_errors.py tests/test_position.py
+  "tests/test_model_leakage.py::test_targets_see_neither_themselves_nor_later_targets[xla-0.0]"
+  "tests/test_model_leakage.py::test_targets_see_neither_themselves_nor_later_targets[pallas_triton-0.1]"
+  tests/test_model_errors.py tests/test_position.py
   tests/test_plm.py tests/test_attention_dropout.py
   "tests/test_attention_kernel.py::test_kernel_matches_xla[memory_two_segments-0.1]"
   tests/test_attention_kernel.py::test_model_through_kernel_matches_xla
@@ -40,7 +42,7 @@ core=(
   tests/test_attention_fallback.py::test_the_check_fails_when_the_kernel_crashes_on_the_device
   tests/test_attention_fallback.py::test_no_check_where_the_kernel_runs_interpreted
   tests/test_pallas_triton_warning.py
-  tests/test_train_resume.py::test_sigkill_then_resume_is_bit_exact_through_the_kernel_with_dropout
+  "tests/test_train_resume.py::test_sigkill_after_checkpoint_then_resume_is_bit_exact[whole]"
   tests/test_sharding_invariance.py::test_eight_devices_match_one_device
 )
 .venv312/bin/python -m pytest -q -n auto --dist loadfile "$@" "${core[@]}"

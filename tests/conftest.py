@@ -1,9 +1,9 @@
-"""Test setup: 8 simulated CPU devices, quick compiles (tests/xla_flags.py) and float32
-matmuls, before jax is imported."""
+"""Test setup: 8 simulated CPU devices, quick compiles and the test run's compilation cache
+(tests/xla_flags.py), and float32 matmuls, before jax is imported."""
 
 import os
 
-from tests.xla_flags import FAST_COMPILE  # noqa: E402
+from tests.xla_flags import COMPILATION_CACHE, FAST_COMPILE  # noqa: E402
 
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -15,6 +15,7 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+jax.config.update("jax_compilation_cache_dir", COMPILATION_CACHE)
 
 # The files that take minutes (multi-process runs, TPU compiles), longest first. pytest-xdist
 # hands files to its workers in collection order (scripts/test.sh turns off its own order,
@@ -22,17 +23,24 @@ jax.config.update("jax_default_matmul_precision", "highest")
 # beside the many short files, and the workers end together instead of one running the
 # longest file alone at the end. Measured with `--durations` on the whole suite.
 LONGEST_FIRST = (
-    "test_multihost_restart.py",
-    "test_multihost_host_death.py",
-    "test_host_share.py",
-    "test_gcs_faults_e2e.py",
+    "test_benchmarks_smoke.py",
     "test_compile.py",
+    "test_multihost_restart.py",
+    "test_train_resume.py",
+    "test_multihost_host_death.py",
+    "test_gcs_faults_e2e.py",
+    "test_triton_kernel.py",
+    "test_attention_kernel.py",
+    "test_finetune_every_task.py",
+    "test_finetune_run.py",
+    "test_host_share.py",
+    "test_finetune_multihost.py",
+    "test_model_leakage.py",
+    "test_attention_fallback.py",
+    "test_multihost_faults.py",
     "test_split_brain.py",
     "test_multihost.py",
-    "test_multihost_faults.py",
     "test_kernel_cost.py",
-    "test_finetune_run.py",
-    "test_finetune_every_task.py",
 )
 
 

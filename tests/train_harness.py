@@ -16,7 +16,7 @@ import numpy as np
 
 from tests import test_data_common
 from tests.train_config import get_config
-from tests.xla_flags import FAST_COMPILE
+from tests.xla_flags import COMPILATION_CACHE, FAST_COMPILE
 from xlnet_jax.checkpoint.reader import load_trained_params, read_checkpoint
 from xlnet_jax.run.preflight import check_run
 from xlnet_jax.training import sharding
@@ -26,12 +26,7 @@ from xlnet_jax.training.program import build_program
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "tests" / "train_config.py")
 SLOW_STEPS = REPO / "scripts" / "slow_steps.py"
-# One compilation cache for the whole test run, shared by its pytest-xdist workers (the
-# run's id names it): later runs of the same step, in any test file, skip compiling it.
-CACHE = os.path.join(
-    tempfile.gettempdir(),
-    f"xlnet-test-xla-cache-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}",
-)
+CACHE = COMPILATION_CACHE  # the test run's (tests/xla_flags.py)
 os.makedirs(CACHE, exist_ok=True)
 
 
