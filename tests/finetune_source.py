@@ -1,5 +1,5 @@
 """What the fine-tuning command tests share: an `--init_from` directory of a small random
-XLNet with a tokenizer of its own, and a module's own persistent compilation cache."""
+XLNet with a tokenizer of its own, and the commands' compilation cache."""
 
 import contextlib
 import os
@@ -10,6 +10,7 @@ from unittest import mock
 import jax
 import numpy as np
 
+from tests.xla_flags import COMPILATION_CACHE
 from xlnet_jax.checkpoint import hf
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import train_tokenizer
@@ -31,13 +32,14 @@ def write_source(
 
 
 @contextlib.contextmanager
-def own_compilation_cache(directory: pathlib.Path) -> Iterator[None]:
-    """The command's persistent compilation cache (it turns one on, as `train` does) in
-    `directory`, and the process's jax cache settings put back afterwards: the runs of one
-    module compile each program once, as a user's resumed run would."""
+def run_compilation_cache() -> Iterator[None]:
+    """The command's persistent compilation cache (it turns one on, as `train` does) in the
+    test run's (tests/xla_flags.py), which this process's own compiles use too (conftest),
+    and jax's cache settings put back afterwards: a command run here or started as a process
+    loads what any earlier one compiled, as a user's resumed run would."""
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
     saved = {name: getattr(jax.config, name) for name in names}
-    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": str(directory)}):
+    with mock.patch.dict(os.environ, {"XLNET_JAX_COMPILATION_CACHE": COMPILATION_CACHE}):
         yield
     for name, value in saved.items():
         jax.config.update(name, value)

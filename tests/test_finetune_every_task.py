@@ -312,9 +312,9 @@ BY_PROCESS = "mnli"  # the task run as a real process of the console script
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """The module's own compilation cache: each head's steps compile once for all its tasks."""
-    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
+def compilation_cache():
+    """The test run's compilation cache: each head's steps compile once for all its tasks."""
+    with finetune_source.run_compilation_cache():
         yield
 
 

@@ -53,11 +53,11 @@ STEP_DELAY_S = 2.0  # the kill after step 2's checkpoint lands before step 4 end
 
 
 @pytest.fixture(scope="module", autouse=True)
-def environment(tmp_path_factory):
-    """The launched processes: this suite's quick compiles, and the module's compilation
+def environment():
+    """The launched processes: this suite's quick compiles, and the test run's compilation
     cache (the relaunched job's compiles come from it, as a user's would)."""
     env = {"XLA_FLAGS": FAST_COMPILE, "PYTHONPATH": str(REPO)}
-    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
+    with finetune_source.run_compilation_cache():
         with mock.patch.dict(os.environ, env):
             yield
 

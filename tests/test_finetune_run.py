@@ -49,9 +49,9 @@ def _sentences(rng: np.random.Generator, count: int) -> list[str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """The module's own compilation cache (a resume's compile then comes from it)."""
-    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
+def compilation_cache():
+    """The test run's compilation cache (a resume's compile then comes from it)."""
+    with finetune_source.run_compilation_cache():
         yield
 
 
@@ -113,13 +113,13 @@ def test_a_run_leaves_results_predictions_and_metrics(straight, data):
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def start(workdir, source, data, step_delay: float) -> subprocess.Popen:
+def start(workdir, source, data, step_delay: float, *extra: str) -> subprocess.Popen:
     """`xlnet-jax finetune` as a real process, each step's batch `step_delay` s late
     (scripts/slow_steps.py), its output in WORKDIR.log; the 8 devices, matmul precision
     and compilation cache of this module's runs, so it computes (and compiles) what they do."""
     args = ["--task_name=classification", f"--data_dir={data}", f"--init_from={source}"]
     command = [sys.executable, str(REPO / "scripts" / "slow_steps.py"), str(step_delay)]
-    command += ["finetune", *args, f"--workdir={workdir}", *FLAGS]
+    command += ["finetune", *args, f"--workdir={workdir}", *FLAGS, *extra]
     precision = jax.config.jax_default_matmul_precision  # conftest's, for the cache's key
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_DEFAULT_MATMUL_PRECISION": precision}
     with open(f"{workdir}.log", "ab") as log:
@@ -270,13 +270,21 @@ def test_seeds_run_one_after_another_and_report_the_median(source, data, tmp_pat
         assert results["dev"]["accuracy"] == accuracies[seed]
 
 
-def test_seeds_side_by_side_equal_each_seed_run_alone_on_its_devices(source, data, tmp_path):
+def test_seeds_side_by_side_stop_together_and_end_as_each_seed_run_alone(source, data, tmp_path):
     """--seeds 2 --devices_per_seed 4: seed 0 on devices 0-3 and seed 1 on devices 4-7, at
-    once (a thread each). Each seed's checkpoint, results and predictions are those of the
-    seed run by itself (--config.seed K) on a host of just its 4 devices, bit for bit (the
-    same program), and seeds.json's medians are theirs."""
-    side = tmp_path / "side"
-    assert finetune(side, source, data, "--seeds=2", "--devices_per_seed=4") == 0
+    once (a thread each). SIGTERM once both logged step 2: each saves and stops, exit 6; the
+    same command resumes both. Each seed's checkpoint, results and predictions are then
+    those of the seed run by itself (--config.seed K) on a host of just its 4 devices, bit
+    for bit (the same program), and seeds.json's medians are theirs."""
+    side, flags = tmp_path / "side", ("--seeds=2", "--devices_per_seed=4")
+    process = start(side, source, data, 1.0, *flags)
+    wait_for(lambda: all(logged(side / f"seed_{s}", 2) for s in (0, 1)), process, side)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == STOPPED_EXIT_CODE, log_tail(side)
+    said = pathlib.Path(f"{side}.log").read_text()
+    assert "seed 0: SIGTERM" in said and "seed 1: SIGTERM" in said, said
+    assert not (side / "seeds.json").exists()
+    assert finetune(side, source, data, *flags) == 0
     record = json.loads((side / "seeds.json").read_text())
     devices = jax.devices()
     alone = {}
@@ -289,3 +297,25 @@ def test_seeds_side_by_side_equal_each_seed_run_alone_on_its_devices(source, dat
         assert record["seeds"][str(seed)] == {k: v for k, v in alone[seed].items() if k != "step"}
     accuracies = [alone[s]["dev"]["accuracy"] for s in (0, 1)]
     assert record["median"]["dev"]["accuracy"] == np.median(accuracies)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--seeds=2", "--devices_per_seed=3"], "must divide this host's 8 devices; use one of"),
+        (["--devices_per_seed=2"], "--devices_per_seed 2: it sets how many devices each of"),
+        (["--seeds=2", "--devices_per_seed=8", "--config.batch_size=4"], "batch_size"),
+    ],
+)
+def test_seeds_that_cannot_run_side_by_side_are_one_line(
+    flags, said, source, data, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))  # not os._exit here
+    try:
+        code = finetune(tmp_path / "run", source, data, *flags)
+    except SystemExit as exited:  # a config error exits; a usage error is returned
+        code = exited.code
+    assert code in (1, 2)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert said in lines[-1], lines
+    assert not (tmp_path / "run" / "seed_0").exists()  # nothing started

@@ -54,9 +54,9 @@ def _sentences(rng: np.random.Generator, count: int, low: int = 2, high: int = 6
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """The module's own compilation cache (SST-2's and RTE's runs compile the same steps)."""
-    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
+def compilation_cache():
+    """The test run's compilation cache (SST-2's and RTE's runs compile the same steps)."""
+    with finetune_source.run_compilation_cache():
         yield
 
 

@@ -49,12 +49,12 @@ def _sentences(rng: np.random.Generator, count: int) -> list[str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def environment(tmp_path_factory):
+def environment():
     """The launched processes: one CPU device each (a quicker compile than 8), the quick
-    compiles of this suite, and the module's compilation cache (a restart's compile comes
+    compiles of this suite, and the test run's compilation cache (a restart's compile comes
     from it, as a user's would)."""
     env = {"XLA_FLAGS": FAST_COMPILE, "PYTHONPATH": str(REPO)}
-    with finetune_source.own_compilation_cache(tmp_path_factory.mktemp("xla-cache")):
+    with finetune_source.run_compilation_cache():
         with mock.patch.dict(os.environ, env):
             yield
 
@@ -161,14 +161,15 @@ def test_a_bad_input_is_not_restarted_and_its_line_reaches_the_user(task, tmp_pa
 
 
 def test_the_dry_run_prints_the_one_finetune_command(task, capsys):
-    flags = [*task_flags(task), "--num-cpu-devices", "2", "--seeds", "3", "--random_weights"]
+    flags = [*task_flags(task), "--num-cpu-devices", "2", "--seeds", "3", "--devices-per-seed",
+             "1", "--random_weights"]  # fmt: skip
     assert pod.main(["run", "--backend", "local", "finetune", "--config", CONFIG,
                      "--workdir", "w", *flags, "--config.seed=7", "--dry-run"]) == 0  # fmt: skip
     assert read_back(capsys.readouterr().out, programs=[sys.executable]) == [[
         sys.executable, "-m", "xlnet_jax.cli", "finetune", "--num_cpu_devices=2",
         f"--config={CONFIG}", "--workdir=w", "--task_name=classification",
         f"--data_dir={task['data']}", f"--init_from={task['source']}", "--seeds=3",
-        "--random_weights", "--config.seed=7",
+        "--devices_per_seed=1", "--random_weights", "--config.seed=7",
     ]]  # fmt: skip
 
 

@@ -561,18 +561,28 @@ def _define_compile(fv: flags.FlagValues) -> None:
         "of the pretraining step; the config is a fine-tuning one (configs/finetune/).",
         flag_values=fv,
     )
+    flags.DEFINE_integer(
+        "devices_per_seed",
+        0,
+        "With --task_name: compile one seed's step on D of the devices, as `finetune --seeds N "
+        "--devices_per_seed D` runs each seed, and say how many seeds run side by side.",
+        flag_values=fv,
+    )
 
 
 def _compile_main(fv: flags.FlagValues, args: list[str]) -> int:
     del args
+    if fv.devices_per_seed and not fv.task_name:
+        raise UsageError("--devices_per_seed is for a fine-tuning step; add --task_name")
     if fv.task_name:
         if fv.save:
             raise UsageError("--save is for the pretraining step; drop it with --task_name")
         from xlnet_jax.finetune import compile as finetune_compile
 
         return finetune_compile.compile_for(
-            _config(fv), fv.task_name, topology=fv.topology, gpu=fv.gpu
-        )
+            _config(fv), fv.task_name, topology=fv.topology, gpu=fv.gpu,
+            devices_per_seed=fv.devices_per_seed,
+        )  # fmt: skip
     from xlnet_jax.training import fit
 
     return fit.compile_for(_config(fv), topology=fv.topology, gpu=fv.gpu, save=fv.save)

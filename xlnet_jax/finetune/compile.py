@@ -15,6 +15,7 @@ from xlnet_jax.errors import UsageError
 from xlnet_jax.finetune import config as finetune_config
 from xlnet_jax.finetune.program import build
 from xlnet_jax.finetune.registry import get_task
+from xlnet_jax.finetune.seeds import device_groups
 from xlnet_jax.model import flops
 from xlnet_jax.run.validate import validate_batch_layout
 from xlnet_jax.training import aot, aot_devices, fit, sharding
@@ -44,8 +45,11 @@ def _model_flops(config: ml_collections.ConfigDict, rows_per_feature: int) -> fl
     return flops.train_flops_per_step(view)
 
 
-def compile_step(config: ml_collections.ConfigDict, target, task_name: str):
-    """(CompileReport, compiled or None) of the task's train step on `target`."""
+def compile_step(
+    config: ml_collections.ConfigDict, target, task_name: str, devices_per_seed: int = 0
+):
+    """(CompileReport, compiled or None) of the task's train step on `target`: on all its
+    devices, or on its first `devices_per_seed` (a seed's share under --devices_per_seed)."""
     if isinstance(target, str):
         target = aot_devices.tpu_target(target, config.num_slices)
     finetune_config.validate(config)
@@ -54,6 +58,8 @@ def compile_step(config: ml_collections.ConfigDict, target, task_name: str):
         config.attention_impl = "xla"
     task = get_task(task_name)
     devices = list(target.devices)
+    if devices_per_seed:
+        devices = device_groups(devices, devices_per_seed)[0]
     data, fsdp, _ = mesh_shape(config, len(devices))
     validate_batch_layout(config, data * fsdp, bi_data=False)
     example = example_batch(task, config)
@@ -82,16 +88,22 @@ def compile_step(config: ml_collections.ConfigDict, target, task_name: str):
 
 
 def compile_for(
-    config: ml_collections.ConfigDict, task_name: str, *, topology: str | None, gpu: str | None
+    config: ml_collections.ConfigDict,
+    task_name: str,
+    *,
+    topology: str | None,
+    gpu: str | None,
+    devices_per_seed: int = 0,
 ) -> int:
     """The CLI body for a fine-tuning config: report, and the largest fitting batch_size when
-    the config's does not fit. Exit 0 iff it fits, 3 if not."""
+    the config's does not fit. Exit 0 iff it fits, 3 if not. With `devices_per_seed`, the
+    step of one seed on that many devices, and how many seeds run side by side."""
     if (topology is None) == (gpu is None):
         raise UsageError("compile: give one of --topology (a TPU slice) or --gpu (NVIDIA cards).")
     with aot.libtpu_log_held():
         target = aot_devices.tpu_target(topology, config.num_slices) if topology else None
         target = target or aot_devices.gpu_target(gpu)
-        step = lambda c, t: compile_step(c, t, task_name)  # noqa: E731
+        step = lambda c, t: compile_step(c, t, task_name, devices_per_seed)  # noqa: E731
         report, _ = step(config, target)
         shape = example_batch(get_task(task_name), config)["input_ids"].shape[1:]
         print(
@@ -99,6 +111,13 @@ def compile_for(
             f"sequence(s) x {shape[0]} segment(s) of {shape[-1]} tokens",
             flush=True,
         )
+        if devices_per_seed:
+            count = len(target.devices)
+            print(
+                f"--devices_per_seed {devices_per_seed}: one seed's step on {devices_per_seed} "
+                f"of the {count} devices; {count // devices_per_seed} seeds run side by side",
+                flush=True,
+            )
         print(aot.format_report(report), flush=True)
         if not report.fits:
             print("\n".join(fit.what_fits(config, report, compile_step=step)))

@@ -42,13 +42,14 @@ FINETUNE_FLAGS = (
     ("data_dir", "--data_dir"),
     ("init_from", "--init_from"),
     ("seeds", "--seeds"),
+    ("devices_per_seed", "--devices_per_seed"),
     ("random_weights", "--random_weights"),
 )
 FINETUNE_REQUIRED = ("task_name", "data_dir", "init_from")
 ONE_SLICE = "fine-tuning runs on one slice (a multislice run is not built for it)"
 ONE_PROCESS_SEEDS = (
-    "--seeds runs its seeds one after another in one process (several processes share one "
-    "seed's run only)"
+    "--seeds runs its seeds in one process, one after another or side by side on its devices "
+    "(several processes share one seed's run only)"
 )
 
 EXAMPLES = """\
@@ -303,8 +304,15 @@ def _finetune_options(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         metavar="N",
         type=names.positive_int,
-        help="fine-tune N times, one seed after another on the one host (medians in "
+        help="fine-tune N times on the one host, one seed after another (medians in "
         "WORKDIR/seeds.json)",
+    )
+    here.add_argument(
+        "--devices-per-seed",
+        metavar="D",
+        type=names.positive_int,
+        help="with --seeds: run the seeds side by side, each on its own D of the host's "
+        "devices (e.g. 4 seeds on a v3-8's 8 cores: 2)",
     )
     here.add_argument(
         "--random-weights",
@@ -467,7 +475,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "or new config file too) are not: a tree with any is refused, naming them, unless\n"
         "--allow-dirty (then a warning names what stays behind).\n\n"
         "PROGRAM finetune runs `xlnet-jax finetune` instead of `train`, with its --task-name,\n"
-        "--data-dir, --init-from, --seeds and --random-weights and any --config.FIELD=VALUE\n"
+        "--data-dir, --init-from, --seeds, --devices-per-seed and --random-weights and any\n"
+        "--config.FIELD=VALUE\n"
         "passed on, under the same restart policy: the same command started again resumes\n"
         "from the newest checkpoint in WORKDIR, bit for bit (SIGTERM saves and exits 6; its\n"
         "own errors, exit 1 or 2, are not retried). On a slice of several hosts every worker\n"
