@@ -2,9 +2,9 @@
 
 The gradient of every target's logits (a random mix of them) w.r.t. each position's input
 (word) embedding is taken by adding an offset to the embedding output with
-`nn.intercept_methods`, so the model needs no test hook. Both attention paths: XLA with the dense mask, the Pallas kernel (interpret
-mode; the Mosaic and the Triton kernel) with the same mask as O(B·L) vectors, without and
-with attention dropout.
+`nn.intercept_methods`, so the model needs no test hook. Both attention paths: XLA with
+the dense mask, the Pallas kernel (interpret mode; the Mosaic and the Triton kernel) with
+the same mask as O(B·L) vectors, without and with attention dropout.
 """
 
 import flax.linen as nn
