@@ -1,6 +1,6 @@
 """The whole base train step compiled for an H100 through XLA's GPU pipeline, from a CPU.
 
-Runs in its own CI leg (scripts/test_gpu_compile.sh), in a venv with jax's CUDA plugin,
+Runs in its own CI leg (scripts/test_gpu_compile.sh), with jax's CUDA plugin on its path,
 which the main suite must not see. `aot_devices.gpu_target` describes the card from the chip
 table's facts, with no GPU; XLA's GPU compiler then compiles the step, the Triton attention
 kernels included (XLA checks their shared memory against the card), to a cubin, and plans

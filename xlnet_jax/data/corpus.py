@@ -21,7 +21,6 @@ import dataclasses
 import os
 
 import numpy as np
-import tensorflow_datasets as tfds
 
 from xlnet_jax.data import staging, tfds_builder
 from xlnet_jax.data.manifest import Manifest, manifest_fingerprint
@@ -66,7 +65,7 @@ class Shards:
 
 def split_shards(manifest: Manifest, split: str) -> Shards:
     """The shards of `split`, from the dataset's metadata (dataset_info.json)."""
-    info = _builder(manifest.path).info
+    info = tfds_builder.open_builder(manifest.path).info
     if split not in info.splits:
         raise DataError(
             f"Corpus {manifest.path} has no {split!r} split (it has {sorted(info.splits.keys())})."
@@ -120,20 +119,11 @@ def _read_range(manifest: Manifest, split: str, part: int, parts: int):
         )
     files, (first, end) = shards.of_range(part, parts)
     staging.stage_files(manifest, shards.files[files])
-    source = _builder(manifest.path).as_data_source(split=f"{split}[{first}:{end}]")
+    builder = tfds_builder.open_builder(manifest.path)
+    source = builder.as_data_source(split=f"{split}[{first}:{end}]")
     for start in range(0, len(source), 512):
         for example in source.__getitems__(list(range(start, min(start + 512, len(source))))):
             yield example["tokens"], example["sentence_lengths"]
-
-
-def _builder(corpus_dir: str):
-    try:
-        return tfds.builder_from_directory(tfds_builder.dataset_dir(corpus_dir))
-    except Exception as e:  # tfds raises several types for a missing or broken directory
-        raise DataError(
-            f"{corpus_dir} holds no readable corpus dataset ({type(e).__name__}); run "
-            "`xlnet-jax prepare` into it again."
-        ) from None
 
 
 def _flatten(documents) -> FlatSplit:

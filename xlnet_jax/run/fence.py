@@ -44,7 +44,6 @@ from collections.abc import Callable, Sequence
 
 from xlnet_jax import paths
 from xlnet_jax.errors import STORAGE_EXIT_CODE, LeaseLostError
-from xlnet_jax.paths import gcsfs_adapter
 from xlnet_jax.run.lease import ObjectLease, clock
 from xlnet_jax.run.workdir import WorkdirLock
 
@@ -173,6 +172,8 @@ def _fence_gcsfs_writes() -> None:
     """Bounds every write request gcsfs sends by the active fence (idempotent); the retries
     of xlnet_jax.paths run inside the bound."""
     paths.use_storage()
+    from xlnet_jax.paths import gcsfs_adapter  # gcsfs only where a gs:// workdir is leased
+
     gcsfs_adapter.wrap_request("fence", _fenced)
 
 

@@ -48,12 +48,13 @@ import socket
 import threading
 import time
 import uuid
-
-import fsspec.asyn
-import gcsfs
+from typing import TYPE_CHECKING
 
 from xlnet_jax import paths
 from xlnet_jax.errors import ConfigError, LeaseLostError, StorageError, WorkdirError
+
+if TYPE_CHECKING:  # gcsfs is imported where a gs:// lease is made: local runs start faster
+    import gcsfs
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,8 @@ class ObjectLease:
         ttl = self._ttl
         # A filesystem of its own, so that fence.py can tell the lease's requests (which
         # must go on while the run's other writes are fenced) from every other one.
+        import gcsfs
+
         self._fs = gcsfs.GCSFileSystem(skip_instance_cache=True)
         self._bucket, self._key, _ = self._fs.split_path(url)
         self._token = uuid.uuid4().hex
@@ -218,6 +221,8 @@ class ObjectLease:
         """One request of the lease, cut after half the time the lease has left, at most
         TTL/6 (at least 1 s): a stalled one is retried while time remains."""
         bound = max(min(self._ttl / 6, (self._valid_until - clock()) / 2), 1.0)
+        import fsspec.asyn
+
         return fsspec.asyn.sync(self._fs.loop, self._fs._call, *args, timeout=bound, **kwargs)
 
     def _read(self) -> tuple[dict, str, float] | None:
@@ -317,7 +322,7 @@ class ObjectLease:
         return self._valid_until - self._ttl / 6
 
     @property
-    def filesystem(self) -> gcsfs.GCSFileSystem:
+    def filesystem(self) -> "gcsfs.GCSFileSystem":
         """The filesystem the lease's own requests go through (never fenced)."""
         return self._fs
 
