@@ -45,4 +45,4 @@ core=(
   "tests/test_train_resume.py::test_sigkill_after_checkpoint_then_resume_is_bit_exact[whole]"
   tests/test_sharding_invariance.py::test_eight_devices_match_one_device
 )
-.venv312/bin/python -m pytest -q -n auto --dist loadfile "$@" "${core[@]}"
+.venv312/bin/python -m pytest -q -n auto --dist loadfile --durations=10 "$@" "${core[@]}"
