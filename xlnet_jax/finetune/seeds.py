@@ -11,7 +11,8 @@ side by side, one thread each (JAX dispatches from several threads, and each gro
 programs run on its own devices): group g runs seeds k = g, g + G, ... one after another.
 A seed's run is the one it would be alone on a mesh of D devices, the same program, so it
 resumes, and ends, as that run does. SIGTERM and Ctrl-C reach the main thread, whose watcher
-every group obeys: each saves its running seed and stops.
+every group obeys: each saves its running seed and stops. A seed that fails stops the other
+groups the same way, so its error comes at once, not after their runs.
 """
 
 import concurrent.futures
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 SEEDS_FILE = "seeds.json"
 _WAIT_S = 0.5  # the main thread wakes this often, so its signal handlers run promptly
+_STOPS = (StoppedBeforeEnd, SavedAndInterrupted)  # a save and stop asked for, not a failure
 
 
 def median(values: list[float]) -> float:
@@ -98,7 +100,8 @@ def finetune_seeds(
 
 def _side_by_side(runs: dict, path, random_weights: bool, devices_per_seed: int) -> dict:
     """{seed: results} of `runs` on groups of `devices_per_seed` local devices, one thread a
-    group. Every group finishes (or saves and stops) before an error or a stop is raised."""
+    group. Every group finishes, or saves and stops, before an error or a stop is raised;
+    a group's failure asks the others to save and stop."""
     groups = device_groups(jax.local_devices(), devices_per_seed)[: len(runs)]
     config = next(iter(runs.values())).config
     validate_batch_layout(
@@ -124,15 +127,21 @@ def _side_by_side(runs: dict, path, random_weights: bool, devices_per_seed: int)
     try:
         with concurrent.futures.ThreadPoolExecutor(len(groups)) as pool:
             futures = [pool.submit(run_group, g) for g in range(len(groups))]
-            while concurrent.futures.wait(futures, timeout=_WAIT_S).not_done:
-                pass
+            while (state := concurrent.futures.wait(futures, timeout=_WAIT_S)).not_done:
+                if any(_failed(f) for f in state.done):
+                    preemption.request("another seed failed")
     finally:
         preemption.restore()
     errors = [f.exception() for f in futures if f.exception() is not None]
-    stops = (StoppedBeforeEnd, SavedAndInterrupted)
-    for error in sorted(errors, key=lambda e: isinstance(e, stops)):  # a failure first
+    for error in sorted(errors, key=lambda e: isinstance(e, _STOPS)):  # a failure first
         raise error
     results = {}
     for future in futures:
         results.update(future.result())
     return {seed: results[seed] for seed in seeds}
+
+
+def _failed(future: concurrent.futures.Future) -> bool:
+    """Whether a finished group raised something other than a save and stop."""
+    error = future.exception()
+    return error is not None and not isinstance(error, _STOPS)

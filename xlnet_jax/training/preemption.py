@@ -62,6 +62,12 @@ class Preemption:
         else:
             self.signal_name = self.signal_name or "SIGTERM"
 
+    def request(self, reason: str) -> None:
+        """Asks this process's loops to save and stop at their next step boundary, as a
+        SIGTERM does, for `reason` (named in the line each prints); one process only (several
+        agree on their step through JAX's preemption service, which no call reaches)."""
+        self.signal_name = self.signal_name or reason
+
     def requested(self, step: int) -> bool:
         """Whether to save and stop after `step` (counted from this run's start)."""
         if self._multi_host:
