@@ -130,7 +130,8 @@ def log_tail(workdir) -> str:
     return "\n".join(pathlib.Path(f"{workdir}.log").read_text().splitlines()[-30:])
 
 
-def wait_for(condition, process: subprocess.Popen, workdir, timeout: float = 300) -> None:
+def wait_for(condition, process: subprocess.Popen, workdir, timeout: float = 900) -> None:
+    """Waits for `condition`; the bound is for a hung run, far past a loaded machine's pace."""
     deadline = time.time() + timeout
     while not condition():
         assert process.poll() is None, "the run ended early:\n" + log_tail(workdir)
