@@ -92,10 +92,10 @@ def checkpoint_at(run: str, step: int) -> str:
     return workdir
 
 
-def held_out(source: str, config, flags: list[str]) -> dict:
-    """Our `eval` of a checkpoint copy (pretrain_vs_hf.held_out), kept in its held_out.json
+def held_out(source: str, config, flags: list[str], name: str = "held_out.json") -> dict:
+    """Our `eval` of a checkpoint copy (pretrain_vs_hf.held_out), kept in its file `name`
     for a rerun."""
-    path = os.path.join(source, "held_out.json")
+    path = os.path.join(source, name)
     if os.path.isfile(path):
         with open(path) as f:
             return json.load(f)

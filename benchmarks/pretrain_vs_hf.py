@@ -340,10 +340,12 @@ def downstream(
     init_from: str,
     random_weights: bool = False,
     reuse: bool = False,
+    loss: bool = False,
 ) -> dict:
     """Our `finetune` of each task from `init_from` (finetune_vs_hf.ours, --seeds seeds;
     `random_weights`: from fresh weights of its shape and tokenizer; `reuse`: a finished
-    earlier run's results where there are some): {(task, metric name): per-seed values}."""
+    earlier run's results where there are some; `loss`: each task's loss on its first
+    split too, as metric "SPLIT loss"): {(task, metric name): per-seed values}."""
     settings = argparse.Namespace(
         **{**vars(args), "out": os.path.join(args.out, "ft_" + name), "steps": args.ft_steps}
     )
@@ -361,6 +363,9 @@ def downstream(
         for split, metric in vs_hf.PRESETS[task][1]:
             label = metric if split == "dev" else f"{split} {metric}"
             scores[(task, label)] = [results[split][metric] for results, _ in runs]
+        if loss:
+            split = vs_hf.PRESETS[task][1][0][0]
+            scores[(task, f"{split} loss")] = [results[split]["loss"] for results, _ in runs]
     return scores
 
 

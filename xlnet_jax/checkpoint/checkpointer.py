@@ -121,11 +121,10 @@ class Checkpointer:
             **meta,
             "checksums": {"state": tree_checksums(items), "mems": tree_checksums(state.mems)},
         }
-        args = ocp.args.Composite(
-            state=ocp.args.StandardSave(items),
-            mems=ocp.args.StandardSave({"mems": state.mems}),
-            meta=ocp.args.JsonSave(meta),
-        )
+        saves = {"state": ocp.args.StandardSave(items), "meta": ocp.args.JsonSave(meta)}
+        if state.mems.size:  # orbax refuses a zero-size array: mem_len 0 saves no memory
+            saves["mems"] = ocp.args.StandardSave({"mems": state.mems})
+        args = ocp.args.Composite(**saves)
         try:  # the synchronous phase, once, its requests retried within budget_s
             paths.retry(
                 lambda: self.manager.save(step, args=args, force=True),
@@ -305,9 +304,10 @@ class Checkpointer:
             meta["config"].get(name) == config[name]
             for name in ("batch_size", "mem_len", "n_layer")
         )
+        saved_mems = same_memory and math.prod(abstract_state.mems.shape) > 0  # see save
         items = _state_items(abstract_state)
         args = {"state": ocp.args.StandardRestore(items)}
-        if same_memory:
+        if saved_mems:
             args["mems"] = ocp.args.StandardRestore({"mems": abstract_state.mems})
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(**args))
@@ -317,6 +317,7 @@ class Checkpointer:
         verify_checksums(restored["state"], checksums.get("state"), "state")
         if not same_memory:
             _warn_memory_restarts(step, meta["config"], config)
+        if not saved_mems:  # the loop starts a fresh memory
             return TrainState(mems=None, **restored["state"])
         mems = restored["mems"]["mems"]
         verify_checksums(mems, checksums.get("mems"), "mems")

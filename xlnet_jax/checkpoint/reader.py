@@ -63,13 +63,14 @@ def read_checkpoint(workdir: str, step: int | None = None) -> dict:
             raise DamagedStep("meta is not an xlnet-jax checkpoint's")
         checksums = meta.get("checksums", {})
         verify_checksums(restored["state"], checksums.get("state"), "state")
-        verify_checksums(restored["mems"]["mems"], checksums.get("mems"), "mems")
+        if "mems" in restored:  # mem_len 0 saves no memory
+            verify_checksums(restored["mems"]["mems"], checksums.get("mems"), "mems")
     except DamagedStep as e:
         raise CheckpointError(f"{directory / str(step)} is damaged: {e}.") from None
     return {
         "step": step,
         "state": restored["state"],
-        "mems": restored["mems"]["mems"],
+        "mems": restored["mems"]["mems"] if "mems" in restored else None,
         "meta": meta,
     }
 
@@ -85,6 +86,7 @@ def _restore_on_one_device(manager: ocp.CheckpointManager, step: int) -> dict:
             )
         )
         for item in ("state", "mems")
+        if metadata.get(item) is not None  # mem_len 0 saves no memory
     }
     return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **args))
 
