@@ -27,7 +27,10 @@ The judge, the same for every variant:
     seeds; --long_steps 0 skips it.
 
 A rerun with the same --out reuses every finished piece (the corpus, each variant's run,
-each eval, each fine-tuning with results); remove --out to start over.
+each eval, each fine-tuning with results); remove --out to start over. The default's run,
+its eval and its fine-tunings are laid out as benchmarks/pretrain_steps.py's (--out/run,
+--out/at_STEPS, ft_step_STEPS, ft_random), so a pretrain_steps --out whose only budget is
+--steps serves as this one's default (the CI smoke adds "no memory" to its run).
 
     python benchmarks/pretrain_ablations.py --out /tmp/abl --steps 400
 """
@@ -68,16 +71,18 @@ def variant_list(text: str) -> list[str]:
     return [DEFAULT, *[n for n in names if n != DEFAULT]]
 
 
-def slug(name: str) -> str:
-    return name.replace(" ", "_")
+def slug(name: str, steps: int) -> str:
+    """A variant's name in its folders; the default's is pretrain_steps' for its budget."""
+    return f"step_{steps}" if name == DEFAULT else name.replace(" ", "_")
 
 
 def settings(args: argparse.Namespace, name: str) -> argparse.Namespace:
-    """The options of one variant's run: its own folder, its fields after --set."""
+    """The options of one variant's run: its folder (the default's is --out itself, laid
+    out as pretrain_steps'), its fields after --set."""
     return argparse.Namespace(
         **{
             **vars(args),
-            "out": os.path.join(args.out, slug(name)),
+            "out": args.out if name == DEFAULT else os.path.join(args.out, slug(name, args.steps)),
             "set": [*args.set, *VARIANTS[name]],
             "budgets": [args.steps],  # pretrain_steps' fields: one checkpoint, the last
         }
@@ -105,7 +110,7 @@ def pretrain(args: argparse.Namespace, name: str, corpus_dir: str) -> dict:
 def long_document(args: argparse.Namespace, name: str, init_from: str, data: str) -> dict:
     """The long-document task fine-tuned from `init_from` (reused when finished): the dev
     results (a median over seeds with more than one)."""
-    workdir = os.path.join(args.out, "long_" + slug(name))
+    workdir = os.path.join(args.out, "long_" + slug(name, args.steps))
     record = "seeds.json" if args.long_seeds > 1 else "eval_results.json"  # finetune --seeds
     path = os.path.join(workdir, record)
     if os.path.isfile(path):
@@ -134,7 +139,8 @@ def write_long_task(args: argparse.Namespace, init_from: str) -> tuple[str, dict
     train/dev counts)."""
     data = os.path.join(args.out, "data", "long_first")
     composer = long_docs.Composer(init_from, args.licences)
-    return data, long_docs.write_man_task(long_args(args, init_from), composer, data, "first", False)
+    counts = long_docs.write_man_task(long_args(args, init_from), composer, data, "first", False)
+    return data, counts
 
 
 def cell(values: list[float]) -> str:
@@ -208,15 +214,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"long documents: {counts['train']} train, {counts['dev']} dev", flush=True)
     for name, run in runs.items():
         source = run["source"]
-        common = pretrain_steps.held_out(source, default["config"], default["flags"], "common.json")
-        own = (
-            common
+        own = pretrain_steps.held_out(source, run["config"], run["flags"])
+        common = (
+            own
             if name == DEFAULT
-            else pretrain_steps.held_out(source, run["config"], run["flags"], "own.json")
+            else pretrain_steps.held_out(
+                source, default["config"], default["flags"], "held_out_as_default.json"
+            )
         )
         row = {"common": common, "own": own, "ms_per_step": run["ms_per_step"], "scores": {}}
         if args.tasks:
-            row["scores"] = pvh.downstream(args, slug(name), source, reuse=True, loss=True)
+            row["scores"] = pvh.downstream(
+                args, slug(name, args.steps), source, reuse=True, loss=True
+            )
         if long_data:
             row["long"] = long_document(args, name, source, long_data)
         rows[name] = row
