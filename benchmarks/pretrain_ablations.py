@@ -92,19 +92,16 @@ def settings(args: argparse.Namespace, name: str) -> argparse.Namespace:
 
 def pretrain(args: argparse.Namespace, name: str, corpus_dir: str) -> dict:
     """One variant's run (reused when finished): {"source": a workdir holding its last
-    checkpoint alone, "config", "flags", "ms_per_step": median logged step time past the
-    first interval (which holds the compile)}."""
+    checkpoint alone, "config", "flags"}. (No step times: the variants run one after the
+    other under whatever load the machine has; train_throughput.py measures cost.)"""
     run_args = settings(args, name)
     os.makedirs(run_args.out, exist_ok=True)
     config = pvh.run_config(run_args, corpus_dir)
     run = pretrain_steps.pretrain(run_args, corpus_dir, config.vocab_size)
-    records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-    times = [r["step_time"] for r in records if "step_time" in r and r["step"] > config.log_every]
     return {
         "source": pretrain_steps.checkpoint_at(run, args.steps),
         "config": config,
         "flags": pretrain_steps.run_flags(run_args, corpus_dir, config.vocab_size),
-        "ms_per_step": 1e3 * statistics.median(times) if times else float("nan"),
     }
 
 
@@ -158,16 +155,14 @@ def loss_cell(result: dict) -> str:
 
 
 def table(rows: dict[str, dict], keys: list[tuple[str, str]], long_steps: int) -> str:
-    """One row per variant (random weights first, where fine-tuned): held-out losses,
-    ms a pretraining step, each fine-tuning metric, the long document's accuracy and loss."""
+    """One row per variant (random weights first, where fine-tuned): held-out losses, each
+    fine-tuning metric, the long document's accuracy and loss."""
     long_cols = ["long doc accuracy", "long doc loss"] if long_steps else []
     head = ["variant", "held-out loss (default's eval)", "held-out loss (own eval)",
-            "ms/step", *[f"{t} {m}" for t, m in keys], *long_cols]  # fmt: skip
+            *[f"{t} {m}" for t, m in keys], *long_cols]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, row in rows.items():
-        losses = ["-", "-", "-"]
-        if "common" in row:
-            losses = [loss_cell(row["common"]), loss_cell(row["own"]), f"{row['ms_per_step']:.0f}"]
+        losses = [loss_cell(row["common"]), loss_cell(row["own"])] if "common" in row else ["-"] * 2
         long = []
         if long_steps:
             dev = row.get("long")
@@ -223,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
                 source, default["config"], default["flags"], "held_out_as_default.json"
             )
         )
-        row = {"common": common, "own": own, "ms_per_step": run["ms_per_step"], "scores": {}}
+        row = {"common": common, "own": own, "scores": {}}
         if args.tasks:
             row["scores"] = pvh.downstream(
                 args, slug(name, args.steps), source, reuse=True, loss=True
