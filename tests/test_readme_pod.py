@@ -37,6 +37,10 @@ NOT_RUN_HERE = {
     "pretraining and 45 fine-tunings (about an hour on 2 cores); "
     "tests/test_benchmark_transfer_smoke.py runs it for two steps of a one-layer model and "
     "one task",
+    "python benchmarks/pretrain_ablations.py --out /tmp/abl --steps 400": "four pretrainings, "
+    "7 evals and 19 fine-tunings (about 66 minutes on 2 cores); "
+    "tests/test_benchmark_transfer_smoke.py runs it for the default and one variant, two steps "
+    "of a one-layer model, SST-2 only",
     "python benchmarks/finetune_vs_hf.py --out demo/vs_hf --init_from demo/run --steps 100 "
     "--batch_size 16 --seeds 3": "fine-tunes 24 runs (27 minutes on 2 cores); "
     "tests/test_benchmarks_smoke.py reads its files back through the GLUE readers",
