@@ -12,9 +12,11 @@ head reads, so the label is learnable only if the memory carries the deciding pa
   of each section in the first segment, and a question at the end asks which section the
   first, or the second, is from), "race" (RACE's case in RACE's own files, --task_name
   race: a passage of a page's two DESCRIPTION sentences, of section 1, 3, 7 or 8, and the
-  licence text after them; the question, in the last segment, asks which section the page
-  at the passage's start is from, the four sections' titles as options (man's own names,
-  shuffled per question)). Rows per layout: the deciding part read in one segment
+  licence text after them, as long as one row of --passage_segments x seq_len holds; the
+  question asks which section the page at the passage's start is from, the four sections'
+  titles as options (man's own names, shuffled per question); each segment is a row of a
+  window of the passage with the question and option, so --segments windows hold less than
+  --segments x seq_len of passage). Rows per layout: the deciding part read in one segment
   (classification: directly, the deciding sentences and the question without the filler;
   race: the passage truncated to fit, the original's reading, which keeps the deciding
   sentences), all segments with memory (every earlier position) for each mem_gradient, and
@@ -189,8 +191,8 @@ RACE_QUESTION = "Question: the passage starts with a page of _."
 
 def race_articles(args, composer: Composer, split: str, direct: bool) -> list[tuple[str, dict]]:
     """(file name, RACE article) of one split: one question each, the passage as long as
-    every option's row (segments x seq_len: passage <sep> question <sep> <cls>) allows
-    (direct: the deciding sentences alone)."""
+    every option's row of passage_segments x seq_len (passage <sep> question <sep> <cls>)
+    allows (direct: the deciding sentences alone)."""
     qas = [RACE_QUESTION.replace("_", title) for title in RACE_SECTIONS.values()]
     longest = max(map(composer.tokens, qas))
     rng = np.random.default_rng([args.seed, len(split)])
@@ -202,7 +204,7 @@ def race_articles(args, composer: Composer, split: str, direct: bool) -> list[tu
                 continue
             part = composer.cut(_sentences(text, 2), args.seq_len - 3 - longest)
             used = composer.tokens(part)
-            room = 0 if direct else args.seq_len * args.segments - 3 - longest - used
+            room = 0 if direct else args.seq_len * args.passage_segments - 3 - longest - used
             order = [list(RACE_SECTIONS)[i] for i in rng.permutation(len(RACE_SECTIONS))]
             article = {
                 "article": f"{part} {composer.fill(rng, room)}".strip(),
@@ -415,10 +417,14 @@ def main() -> None:
     )
     parser.add_argument("--rows", help=f"man: comma list of {', '.join(MAN_ROWS)}")
     parser.add_argument("--per_section", type=int, default=600, help="man: pages a section")
+    parser.add_argument(
+        "--passage_segments", type=int, help="race: passage length in rows (default --segments)"
+    )
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--man", default="/usr/share/man")
     parser.add_argument("--licences", default="/usr/share/common-licenses")
     args = parser.parse_args()
+    args.passage_segments = args.passage_segments or args.segments
     if args.time_iters:
         print_cost(args)
     if args.time_only:

@@ -1,13 +1,15 @@
 """RACE passages longer than one row, read as segments through the recurrence memory.
 
 A RACE row is the passage, <sep>, the question with the option, <sep>, <cls>, padded on the
-left. Read as S segments of L it must be the one row of S * L cut in S, so the question and
-option stay whole in the last segment, where the head reads, and the passage runs through
-the earlier ones. A 1-layer model's segments, its memory every earlier position, then
-give the logits of one long pass over each option's row (its one layer attends every
-earlier position's input, which is what the memory holds), with the four options on their
-own axis and the short passage's padding hidden in the memory. (The gradient through the
-memory, on the same path, is tests/test_finetune_mem_gradient.py's.)
+left. Read as S segments of L, every segment is such a row of its own: a window of the
+passage beside the question and option, the windows consecutive, so each is read knowing
+the option; the first window is the one-segment (truncated) row, and a passage that needs
+fewer windows has padding segments first. A 1-layer model's segments, its memory every
+earlier position, then give the logits of one long pass over the S rows joined (its one
+layer attends every earlier position's input, which is what the memory holds; memory keys
+count as token type A, so the long pass gives the earlier rows that type), with the four
+options on their own axis. (The gradient through the memory, on the same path, is
+tests/test_finetune_mem_gradient.py's.)
 """
 
 import dataclasses
@@ -21,6 +23,7 @@ import pytest
 
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.data.tokenizer import CLS_ID, SEP_ID
+from xlnet_jax.finetune import features
 from xlnet_jax.finetune.forward import apply_segments
 from xlnet_jax.finetune.registry import get_task
 from xlnet_jax.finetune.tasks.race import RaceExample
@@ -60,25 +63,26 @@ def segmented() -> dict[str, np.ndarray]:
     return _features(LENGTH, SEGMENTS)
 
 
-def test_a_passage_over_segments_is_the_long_row_cut_with_the_question_last(segmented):
-    long_row = _features(LENGTH * SEGMENTS, 1)
-    for key, value in segmented.items():
-        if key == "label":
-            np.testing.assert_array_equal(value, long_row[key])
-            continue
-        # [N, S, 4, L] -> [N, 4, S * L]: the segments of each option's row in order.
-        joined = np.moveaxis(value, 1, 2).reshape(len(value), 4, SEGMENTS * LENGTH)
-        np.testing.assert_array_equal(joined, long_row[key][:, 0])
-    ids = segmented["input_ids"]
-    first, last = ids[0, 0], ids[0, -1]  # the long passage's first and last segments
+def test_every_segment_is_a_row_with_the_option_and_the_windows_cover_the_passage(segmented):
+    ids, seg, mask = (segmented[k] for k in ("input_ids", "seg_ids", "input_mask"))
     passage = WordEncoder().encode_many([_examples()[0].article])[0]
-    np.testing.assert_array_equal(first, [passage[:LENGTH]] * 4)  # it opens the first
     question = WordEncoder().encode_many(["which one"])[0]
-    for option, row in zip(("cat", "dog", "mat", "home"), last, strict=True):
+    for option, option_ids in zip(("cat", "dog", "mat", "home"), range(4), strict=True):
         qa = [*question, *WordEncoder().encode_many([option])[0]]
-        np.testing.assert_array_equal(row[-len(qa) - 2 :], [*qa, SEP_ID, CLS_ID])
-        assert row[-len(qa) - 3] == SEP_ID  # the passage ends just before, in this segment
-    assert segmented["input_mask"][1, :-1].all()  # the short passage: padding, then one row
+        window = LENGTH - 3 - len(qa)
+        rows = ids[0, :, option_ids]  # the long passage: every segment a full row
+        for row in rows:
+            np.testing.assert_array_equal(row[window:], [SEP_ID, *qa, SEP_ID, CLS_ID])
+        np.testing.assert_array_equal(rows[:, :window].ravel(), passage[: SEGMENTS * window])
+        assert (seg[0, :, option_ids, -1] == features.SEG_CLS).all()
+    assert not mask[0].any()
+    # The short passage: padding segments, then one row: its passage, question and option.
+    assert mask[1, :-1].all() and (seg[1, :-1] == features.SEG_PAD).all()
+    assert ids[1, -1, 0, -1] == CLS_ID and not mask[1, -1, :, -8:].any()
+    # The first window is the row of the passage truncated to one segment.
+    one_segment = _features(LENGTH, 1)
+    for key in ("input_ids", "seg_ids", "input_mask"):
+        np.testing.assert_array_equal(segmented[key][0, 0], one_segment[key][0, 0])
 
 
 def test_the_segments_give_the_long_pass_of_every_option(segmented):
@@ -98,8 +102,10 @@ def test_the_segments_give_the_long_pass_of_every_option(segmented):
     rng = np.random.default_rng(1)  # noise at a scale where every layer moves the logits
     params = jax.tree.map(lambda x: x + rng.normal(0, 0.1, x.shape).astype(np.float32), params)
     inputs = {k: jnp.asarray(v) for k, v in segmented.items() if k != "label"}
+    # The earlier rows as the memory's keys are typed: A (padding stays hidden by the mask).
+    joined = {**inputs, "seg_ids": inputs["seg_ids"].at[:, :-1].set(features.SEG_A)}
     long_inputs = {
-        k: jnp.moveaxis(v, 1, 2).reshape(2, 1, 4, SEGMENTS * LENGTH) for k, v in inputs.items()
+        k: jnp.moveaxis(v, 1, 2).reshape(2, 1, 4, SEGMENTS * LENGTH) for k, v in joined.items()
     }
 
     @jax.jit

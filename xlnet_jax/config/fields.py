@@ -449,7 +449,8 @@ FIELDS = (
         1,
         "finetune",
         "Segments of seq_len one text is read in through the recurrence memory (1: one row, "
-        "as the original; more reads texts up to num_segments * seq_len tokens).",
+        "as the original; more reads texts up to num_segments * seq_len tokens; RACE: every "
+        "segment is a row of its own, a window of the article with the question and option).",
         at_least(1),
     ),
     Field(

@@ -7,8 +7,17 @@ question with the option put in place of "_" (or appended after a space), <sep>,
 question-and-option part keeps its last max_qa_length tokens, the article its first tokens
 that fit. (The original appends to the article's token list in place, so that from the
 second option on its rows carry the earlier options' tokens; every row here is built anew.)
-A softmax over the four rows' logits picks the answer. Passages longer than one row are
-read through the recurrence memory (config.num_segments).
+A softmax over the four rows' logits picks the answer.
+
+Passages longer than one row are read through the recurrence memory (config.num_segments):
+each segment is a whole row of its own, a window of the article, <sep>, the question and
+option, <sep>, <cls> (as SQuAD's windows each carry the question), the windows consecutive
+and in order, each as long as the option leaves room for; segments the article does not
+reach are padding, first. Every window is so read beside the option, and the memory carries
+option-aware states to the last segment, whose <cls> the head reads. (Cutting one long row
+into segments instead leaves the article's segments blind to the option: on the man-page
+task of docs/fine-tuning.md that reading stays far below the truncated one.) One segment is
+the original's row.
 
 Files are read by the reading rule (finetune/tsv.py: UTF-8, BOM removed, standard JSON).
 Every row keeps some of its article: a max_qa_length that could leave none is refused, and
@@ -28,6 +37,7 @@ import optax
 
 from xlnet_jax import paths
 from xlnet_jax.config import ModelConfig
+from xlnet_jax.data.tokenizer import PAD_ID
 from xlnet_jax.errors import ConfigError, DataError, MissingFileError
 from xlnet_jax.finetune import features, metrics, tsv
 from xlnet_jax.finetune.task import Features, Task
@@ -117,7 +127,7 @@ def _check_answers(folder: str, split: str, examples: list[RaceExample]) -> None
 
 def _report_cuts(qa_lengths: list[int], cut_articles: int, config) -> None:
     """Prints how many rows lost the start of their question and option (max_qa_length)
-    and how many the end of their article (seq_len x num_segments)."""
+    and how many the end of their article (num_segments windows beside the option)."""
     cut = sum(length > config.max_qa_length for length in qa_lengths)
     if cut:
         tsv.note(
@@ -129,6 +139,26 @@ def _report_cuts(qa_lengths: list[int], cut_articles: int, config) -> None:
             f"RACE: the article was cut to fit seq_len {config.seq_len} x num_segments "
             f"{config.num_segments} in {cut_articles} of {len(qa_lengths)} rows"
         )
+
+
+def _windows(
+    article: list[int], qa: list[int], window: int, config: ml_collections.ConfigDict
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One option's segments, each [num_segments, seq_len]: the article's consecutive windows
+    of `window` tokens (its first num_segments), each a row with the question and option
+    (features.pair_row); padding rows first where the article needs fewer."""
+    pieces = [article[start : start + window] for start in range(0, max(len(article), 1), window)]
+    pieces = pieces[: config.num_segments]
+    padding = config.num_segments - len(pieces)
+    blank = (
+        np.full((padding, config.seq_len), PAD_ID, np.int32),
+        np.full((padding, config.seq_len), features.SEG_PAD, np.int32),
+        np.ones((padding, config.seq_len), bool),
+    )
+    filled = [features.pair_row(piece, qa, config.seq_len, 1) for piece in pieces]
+    return tuple(
+        np.concatenate([empty, *parts]) for empty, *parts in zip(blank, *filled, strict=True)
+    )
 
 
 class Race(Task):
@@ -168,12 +198,11 @@ class Race(Task):
         labels: list[str],
     ) -> Features:
         del labels
-        capacity = config.seq_len * config.num_segments
-        if capacity - 3 - config.max_qa_length < 1:
+        if config.seq_len - 3 - config.max_qa_length < 1:
             raise ConfigError(
                 f"config.max_qa_length: {config.max_qa_length} leaves no room for the article in "
-                f"seq_len {config.seq_len} x num_segments {config.num_segments} (3 special "
-                f"tokens); use max_qa_length {capacity - 4} or less"
+                f"a row of seq_len {config.seq_len} (3 special tokens; every segment holds the "
+                f"question and option); use max_qa_length {config.seq_len - 4} or less"
             )
         articles = {text: None for text in (e.article for e in examples)}
         articles = dict(zip(articles, encoder.encode_many(list(articles)), strict=True))
@@ -189,9 +218,9 @@ class Race(Task):
                 qa_lengths.append(len(qa))
                 qa = qa[-config.max_qa_length :]
                 article = articles[example.article]
-                context = article[: capacity - 3 - len(qa)]
-                cut_articles += len(context) < len(article)
-                options.append(features.pair_row(context, qa, config.seq_len, config.num_segments))
+                window = config.seq_len - 3 - len(qa)
+                cut_articles += len(article) > window * config.num_segments
+                options.append(_windows(article, qa, window, config))
             rows.append(tuple(np.stack(parts, axis=1) for parts in zip(*options, strict=True)))
         _report_cuts(qa_lengths, cut_articles, config)
         arrays = features.stack_rows(rows)
