@@ -30,7 +30,8 @@ there; --time_iters 0 skips it).
     python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/man \
         --task man --seq_len 64
     python benchmarks/finetune_long_documents.py --init_from demo/run --out /tmp/race \
-        --task man --layouts race --segments 2 --seq_len 64 --batch 8 --lr 1e-3 --time_iters 0
+        --task man --layouts race --segments 2 --seq_len 64 --batch 8 --lr 5e-4 --time_iters 0 \
+        --steps 1200 --seeds 3 --rows truncated,memory_gradient
 """
 
 import argparse

@@ -18,7 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import small_config, synthetic_batch
+from tests.helpers import synthetic_batch
+from tests.train_config import small_config
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.model import xlnet
 from xlnet_jax.model.kernels import masks

@@ -10,7 +10,7 @@ import jax
 import pytest
 
 from configs.tiny import get_config as tiny_config
-from tests.helpers import small_config
+from tests.train_config import small_config
 from xlnet_jax.checkpoint.hf import param_shapes
 from xlnet_jax.config import ModelConfig
 from xlnet_jax.errors import ConfigError, MissingDependencyError, UsageError

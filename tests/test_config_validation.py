@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tests.helpers import small_config
 from tests.test_data_common import small_corpus
+from tests.train_config import small_config
 from xlnet_jax import cli
 from xlnet_jax.errors import UsageError, WorkdirError
 from xlnet_jax.run.preflight import check_run

@@ -10,8 +10,8 @@ default on 4 processes and checks the saved number end to end.
 import jax
 import pytest
 
-from tests.helpers import small_config
 from tests.test_data_common import small_corpus
+from tests.train_config import small_config
 from xlnet_jax import config as config_lib
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.training import run_config, train

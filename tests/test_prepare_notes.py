@@ -3,8 +3,8 @@ evaluate configs/small.py (issue 32, frictions 2 and 3)."""
 
 import os
 
-from tests.helpers import small_config
 from tests.test_data_common import scratch, write_documents
+from tests.train_config import small_config
 from xlnet_jax.data import prepare_notes
 from xlnet_jax.data.prepare import prepare_corpus
 from xlnet_jax.data.prepare_notes import TOKENS_PER_PIECE, notes

@@ -3,7 +3,8 @@
 import jax
 import pytest
 
-from tests.helpers import assert_same_training, small_config, synthetic_batch
+from tests.helpers import assert_same_training, synthetic_batch
+from tests.train_config import small_config
 from xlnet_jax.training import sharding
 from xlnet_jax.training.program import build_program
 

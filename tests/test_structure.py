@@ -217,3 +217,27 @@ def test_a_local_run_imports_no_storage_or_tfds_library():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout.strip()
     assert loaded == "[]", loaded
+
+
+def test_the_supervising_parent_of_a_job_process_imports_no_jax(tmp_path):
+    """Each process of a multi-process job runs under a parent that only parses the command
+    and watches its child (launch/supervise.py): with our configs and the tests' own, that
+    parent loads no jax, flax, optax or orbax, a few CPU-seconds per process."""
+    code = (
+        "import sys\n"
+        "from xlnet_jax import cli\n"
+        "from xlnet_jax.launch import supervise\n"
+        "heavy = {'jax', 'jaxlib', 'flax', 'optax', 'orbax'}\n"
+        "supervise.run = lambda argv, name, process: print(\n"
+        "    sorted({m.split('.')[0] for m in sys.modules} & heavy)) or 0\n"
+        "for config in sys.argv[1:]:\n"
+        "    cli.main(['train', '--config', config, '--workdir', 'run',\n"
+        "              '--coordinator_address=127.0.0.1:1', '--num_processes=2',\n"
+        "              '--process_id=0'])\n"
+    )
+    configs = [str(REPO / "tests" / "train_config.py"), str(REPO / "configs" / "tiny.py")]
+    loaded = subprocess.run(
+        [sys.executable, "-c", code, *configs],
+        capture_output=True, text=True, check=True, cwd=tmp_path,
+    ).stdout.split("\n")  # fmt: skip
+    assert loaded[:2] == ["[]", "[]"], loaded
