@@ -304,14 +304,14 @@ def main() -> None:
               "nothing.\n")  # fmt: skip
     versions = f"jax {header['jax']}"
     hf_modes = [] if args.hf == "none" else args.hf.split(",")
-    try:
-        import torch
+    if hf_modes:  # torch is loaded only for HF's rows (seconds of the CPU smoke pass)
+        try:
+            import torch
 
-        versions += f", torch {torch.__version__}"
-    except ImportError:
-        if hf_modes:
+            versions += f", torch {torch.__version__}"
+        except ImportError:
             print("torch is not installed: no HF rows.")
-        hf_modes = []
+            hf_modes = []
     datasheet, matmul = header["datasheet_tflops"], header["matmul_tflops"]
     print(f"device: {header['device']} ({header['platform']}); {versions}")
     print(f"datasheet dense bf16 peak: {f'{datasheet:g} TFLOP/s' if datasheet else 'not listed'}"
