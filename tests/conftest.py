@@ -17,6 +17,14 @@ import pytest  # noqa: E402
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_compilation_cache_dir", COMPILATION_CACHE)
 
+# Storage readied before any test makes a gs:// filesystem, as a command readies it before
+# its first gs:// path (xlnet_jax.paths.is_remote): the tests also reach the emulator
+# through etils and gcsfs directly, and a filesystem made first would keep its listing
+# cache for the worker's life, whichever test files ran in that worker before.
+from xlnet_jax import paths  # noqa: E402
+
+paths.use_storage()
+
 # The files that take minutes (multi-process runs, TPU compiles), longest first. pytest-xdist
 # hands files to its workers in collection order (scripts/test.sh turns off its own order,
 # most tests first, which left these one-test files for last): started first, they run
