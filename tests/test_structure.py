@@ -206,7 +206,7 @@ def test_a_local_run_imports_no_storage_or_tfds_library():
     """gcsfs (with its HTTP stack) and tfds load only where a gs:// path or an unread corpus
     needs them: every `train`, `eval` and `finetune` process and every test subprocess on
     local files starts about a second sooner."""
-    entry = "xlnet_jax.training.train xlnet_jax.training.evaluate xlnet_jax.finetune.loop"
+    entry = "xlnet_jax.training.train xlnet_jax.training.evaluate xlnet_jax.finetune.train"
     heavy = ("gcsfs", "aiohttp", "requests", "tensorflow_datasets")
     code = (
         "import importlib, sys\n"

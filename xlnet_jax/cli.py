@@ -527,12 +527,12 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
             "--seeds N runs on, side by side (N > 1, D >= 1); drop it for one seed"
         )
     _setup_jax(fv)
-    from xlnet_jax.finetune import loop, outputs, prepare, seeds
+    from xlnet_jax.finetune import outputs, prepare, seeds, train
 
     inputs = prepare.read_inputs(config, task_name, data_dir, init_from)
     with _exit_codes_of_a_stop():
         if fv.seeds == 1:
-            record = loop.finetune(inputs, workdir, random_weights=fv.random_weights)
+            record = train.finetune(inputs, workdir, random_weights=fv.random_weights)
         else:
             record = seeds.finetune_seeds(
                 inputs, workdir, fv.seeds, random_weights=fv.random_weights,
