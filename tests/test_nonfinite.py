@@ -222,3 +222,18 @@ def test_skip_skips_the_bad_step_counts_it_and_recovers(tmp_path):
     final = read_checkpoint(str(workdir), 12)["state"]
     assert int(final["skipped_steps"]) == 1
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(final["params"]))
+
+
+def test_monitor_a_streak_up_to_the_last_step_stops_the_run_before_its_end_is_kept():
+    """Under 'skip', a run whose last FIRST_STEPS steps were all skipped does not end as a
+    result (fine-tuning would evaluate its stale state); a shorter streak at the end does."""
+    streak = [
+        record(step, steps.NONFINITE_LOSS, step) for step in range(2, 2 + nonfinite.FIRST_STEPS)
+    ]
+    short = nonfinite.NonFiniteMonitor("skip", 0)
+    short.check([record(1, steps.FINITE, 0), *streak[:-1]], None, save_due=True, final=True)
+    full = nonfinite.NonFiniteMonitor("skip", 0)
+    with pytest.raises(
+        nonfinite.NonFiniteError, match=r"The last 10 steps of the run, up to step 11"
+    ):
+        full.check([record(1, steps.FINITE, 0), *streak], None, save_due=True, final=True)

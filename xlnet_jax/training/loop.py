@@ -250,7 +250,8 @@ def _steps(
                 writer.write(record["step"], {**scalars, **throughput})
             progress.update(done, records[-1], throughput)
             pending, timed, interval_start = [], 0, time.time()
-            monitor.check(records, last_saved, save_due=save)
+            final = done == config.num_train_steps
+            monitor.check(records, last_saved, save_due=save, final=final)
         if program.eval_due(done):
             result = program.evaluate(state.params, heartbeat.beat)
             writer.write(done, result, kind="eval")

@@ -38,10 +38,18 @@ class NonFiniteMonitor:
         """Whether the metrics must be fetched after step `done` for the first-steps check."""
         return not self.any_finite and done == self.start_step + FIRST_STEPS
 
-    def check(self, records: list[dict], last_saved: int | None, save_due: bool = False) -> None:
+    def check(
+        self,
+        records: list[dict],
+        last_saved: int | None,
+        save_due: bool = False,
+        final: bool = False,
+    ) -> None:
         """Warns about skipped steps; raises NonFiniteError under 'halt', on a long streak,
-        or when no step of this run was finite in its first FIRST_STEPS steps or (for a new
-        run) before a save falls due.
+        when no step of this run was finite in its first FIRST_STEPS steps or (for a new
+        run) before a save falls due, or (`final`: the run's last step) when its last
+        FIRST_STEPS steps or more were all skipped: its end state would be a result of a run
+        that stopped learning.
 
         Called before any checkpoint of these steps is saved, so a halt leaves the newest
         checkpoint from before the bad step.
@@ -78,6 +86,15 @@ class NonFiniteMonitor:
         done = records[-1]["step"] - self.start_step
         if not self.any_finite and (done >= FIRST_STEPS or (save_due and not self.start_step)):
             raise NonFiniteError(self._never_finite(done, records[-1]))
+        if final and self.in_a_row >= FIRST_STEPS:
+            last = records[-1]["step"]
+            quantity = steps.NONFINITE_NAMES[int(records[-1]["nonfinite"])]
+            raise NonFiniteError(
+                f"The last {self.in_a_row} steps of the run, up to step {last}, were skipped "
+                f"for a non-finite {quantity}: it stopped learning, so its end is not saved "
+                "or evaluated as a result. Lower config.learning_rate (or resume from an "
+                "earlier checkpoint)."
+            )
 
     def _never_finite(self, done: int, last: dict) -> str:
         """The error of a run none of whose steps so far was finite, naming likely causes."""
