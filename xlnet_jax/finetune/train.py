@@ -117,9 +117,9 @@ class FinetuneRun:
         every = self.config.eval_every
         return bool(every) and done % every == 0 and done < self.config.num_train_steps
 
-    def evaluate(self, params, beat: Callable[[], None]) -> dict[str, float]:
+    def evaluate(self, params, beat: Callable[[], None]) -> dict[str, dict[str, float]]:
         evals = evaluate(self.program, params, self.inputs, check_stop=beat)
-        return _flat(evals)
+        return {split: _record(split, result) for split, result in evals.items()}
 
     def redone(self, record: dict, start_step: int) -> bool:
         """The steps past start_step, and the final evaluation (a finished run's rerun
@@ -140,8 +140,8 @@ class FinetuneRun:
             stop_evaluation()
 
         results = evaluate(self.program, state.params, self.inputs, run.workdir, check_stop)
-        run.writer.write(final, _flat(results), kind="eval")
         for split, result in results.items():
+            run.writer.write(final, _record(split, result), kind="eval")
             run.progress.note(f"{split} at step {final}: {_line(result)}")
         run.fence.check()
         if run.primary:
@@ -194,9 +194,9 @@ def finetune(
     return loop.run(run, workdir, preemption=preemption, prefix=prefix)
 
 
-def _flat(results: dict[str, dict]) -> dict[str, float]:
-    """{split: {name: value}} -> one eval record {"split/name": value}."""
-    return {f"{split}/{k}": v for split, result in results.items() for k, v in result.items()}
+def _record(split: str, result: dict) -> dict[str, float]:
+    """A split's metrics as its eval record: {"split/name": value}."""
+    return {f"{split}/{k}": v for k, v in result.items()}
 
 
 def _stop_evaluation(preemption: Preemption, step: int, note: Callable[[str], None]) -> None:

@@ -71,7 +71,9 @@ class LoopProgram(Protocol):
         """Process 0's writes at the start, after config.json (fine-tuning's run record)."""
 
     def compile_train_step(self) -> Callable:
-        """The compiled (state, batch) -> (state, metrics) step, the state donated."""
+        """The compiled (state, batch) -> (state, metrics) step, the state donated; the
+        program readies its input and evaluation here too (on the main thread, before any
+        batch is asked for)."""
 
     def host_batch(self, step: int) -> Any:
         """This process's rows of the batch of step `step` (run on the prefetch thread)."""
@@ -82,8 +84,9 @@ class LoopProgram(Protocol):
     def eval_due(self, done: int) -> bool:
         """Whether the loop evaluates after step `done`."""
 
-    def evaluate(self, params, beat: Callable[[], None]) -> dict[str, float]:
-        """One eval record (flat scalars); `beat` runs between its batches."""
+    def evaluate(self, params, beat: Callable[[], None]) -> dict[str, dict[str, float]]:
+        """{name: eval record of flat scalars}: one record per evaluated set (pretraining's
+        one under "", fine-tuning's per split); `beat` runs between its batches."""
 
     def redone(self, record: dict, start_step: int) -> bool:
         """Whether a metrics.jsonl record is logged again by a run resumed at start_step."""
@@ -112,9 +115,10 @@ def _state_bytes(abstract_state: TrainState) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state))
 
 
-def eval_line(done: int, result: dict) -> str:
-    """The progress note of an in-loop evaluation."""
-    return f"eval at step {done}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items())
+def eval_line(done: int, name: str, result: dict) -> str:
+    """The progress note of an in-loop evaluation of set `name` ("": the run's one)."""
+    where = f"eval at step {done}, {name}" if name else f"eval at step {done}"
+    return f"{where}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items())
 
 
 def run(
@@ -198,12 +202,12 @@ def _steps(
     """Steps from run.start_step to num_train_steps (or a stop); returns the last state."""
     config, start_step = program.config, run.start_step
     writer, progress, fence, heartbeat = run.writer, run.progress, run.fence, run.heartbeat
-    prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    cleanup.callback(prefetch.shutdown, wait=False, cancel_futures=True)
-    next_batch = prefetch.submit(program.host_batch, start_step)
     compile_start = time.time()
     step_fn = program.compile_train_step()
     log.info("Compiled the train step in %.1f s", time.time() - compile_start)
+    prefetch = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    cleanup.callback(prefetch.shutdown, wait=False, cancel_futures=True)
+    next_batch = prefetch.submit(program.host_batch, start_step)
     peak_tflops, peak_note = chips.mfu_peak(
         config.peak_tflops_per_device, chips.local_device_kind()
     )
@@ -253,9 +257,9 @@ def _steps(
             final = done == config.num_train_steps
             monitor.check(records, last_saved, save_due=save, final=final)
         if program.eval_due(done):
-            result = program.evaluate(state.params, heartbeat.beat)
-            writer.write(done, result, kind="eval")
-            progress.note(eval_line(done, result))
+            for name, result in program.evaluate(state.params, heartbeat.beat).items():
+                writer.write(done, result, kind="eval")
+                progress.note(eval_line(done, name, result))
             timed, interval_start = 0, time.time()
             heartbeat.beat()
         if save:

@@ -151,8 +151,7 @@ class PretrainRun:
         self.fingerprint = plan.fingerprint
         self.tokens_per_step = self.config.batch_size * self.config.seq_len
         self.flops_per_device = flops.train_flops_per_step(self.config) / jax.device_count()
-        self._batcher = None  # made on first use, on the prefetch thread
-        self._evaluate = None  # made on first use: after the kernel's fallback, if any
+        self._batcher = self._evaluate = None  # compile_train_step makes them
 
     def activate(self):
         return self.program.activate()
@@ -180,11 +179,14 @@ class PretrainRun:
         pass
 
     def compile_train_step(self):
-        return self.program.compile_train_step()
+        step = self.program.compile_train_step()
+        # After the kernel's fallback, if any: the evaluator runs the program's eval step.
+        self._batcher = self.program.batcher(self.plan.manifest.path, "train")
+        if self.config.eval_every:
+            self._evaluate = make_evaluator(self.program, self.plan.manifest.path)
+        return step
 
     def host_batch(self, step: int) -> dict:
-        if self._batcher is None:
-            self._batcher = self.program.batcher(self.plan.manifest.path, "train")
         return self._batcher.batch(step)
 
     def put_batch(self, host_batch: dict) -> dict:
@@ -193,10 +195,8 @@ class PretrainRun:
     def eval_due(self, done: int) -> bool:
         return self.config.eval_every > 0 and done % self.config.eval_every == 0
 
-    def evaluate(self, params, beat) -> dict[str, float]:
-        if self._evaluate is None:
-            self._evaluate = make_evaluator(self.program, self.plan.manifest.path)
-        return self._evaluate(params)
+    def evaluate(self, params, beat) -> dict[str, dict[str, float]]:
+        return {"": self._evaluate(params)}
 
     def redone(self, record: dict, start_step: int) -> bool:
         return record.get("step", 0) > start_step
