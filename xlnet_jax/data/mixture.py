@@ -24,6 +24,8 @@ the most. Every corpus has at least one stream per block; fewer slots than corpo
 one-line error naming the batch.
 """
 
+import hashlib
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -86,9 +88,7 @@ def parse_weights(value: str, count: int) -> list[float] | None:
     return weights
 
 
-def shares(
-    tokens: Sequence[int], weights: Sequence[float] | None, alpha: float
-) -> np.ndarray:
+def shares(tokens: Sequence[int], weights: Sequence[float] | None, alpha: float) -> np.ndarray:
     """p_i: the weights normalised; else n_i^alpha normalised (alpha > 0); else n_i
     normalised. float64 [len(tokens)], summing to 1."""
     n = np.asarray(tokens, dtype=np.float64)
@@ -123,6 +123,39 @@ def apportion(p: np.ndarray, slots: int, what: str) -> np.ndarray:
             counts[int(np.argmax(counts))] -= 1
             counts[i] = 1
     return counts
+
+
+def block_counts(
+    tokens: Sequence[int],
+    weights: Sequence[float] | None,
+    alpha: float,
+    *,
+    global_batch: int,
+    bi_data: bool,
+    data_ranges: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(p_i, streams of each corpus in one range block): the mixture's layout, as the
+    batcher places it and preflight checks it; a block holds the batch's streams (halved
+    with bi_data) over data_ranges."""
+    p = shares(tokens, weights, alpha)
+    num_streams = global_batch // 2 if bi_data else global_batch
+    per_block = num_streams // data_ranges
+    if len(p) == 1:
+        return p, np.array([per_block])
+    halved = ", halved with bi_data" if bi_data else ""
+    what = (
+        f"the {per_block} streams of one range block (batch_size {global_batch}{halved}, "
+        f"over data_ranges {data_ranges})"
+    )
+    return p, apportion(p, per_block, what)
+
+
+def mixture_fingerprint(fingerprints: Sequence[str]) -> str:
+    """A mixture's fingerprint for its checkpoints: one corpus keeps its own; several, a
+    sha256 of theirs in order (a resume on other corpora, or in another order, is refused)."""
+    if len(fingerprints) == 1:
+        return fingerprints[0]
+    return hashlib.sha256(json.dumps(list(fingerprints)).encode()).hexdigest()
 
 
 def tokenizer_difference(first: Manifest, other: Manifest) -> str | None:

@@ -173,15 +173,14 @@ class StreamBatcher:
         num_streams = global_batch // 2 if bi_data else global_batch
         per_block = num_streams // data_ranges  # the streams of one range block
         tokens = [m.splits.get("train", {}).get("tokens", 0) for m in self.manifests]
-        self.shares = mixture.shares(tokens, corpus_weights, corpus_alpha)
-        counts = np.array([per_block])
-        if len(dirs) > 1:
-            halved = ", halved with bi_data" if bi_data else ""
-            what = (
-                f"the {per_block} streams of one range block (batch_size {global_batch}"
-                f"{halved}, over data_ranges {data_ranges})"
-            )
-            counts = mixture.apportion(self.shares, per_block, what)
+        self.shares, counts = mixture.block_counts(
+            tokens,
+            corpus_weights,
+            corpus_alpha,
+            global_batch=global_batch,
+            bi_data=bi_data,
+            data_ranges=data_ranges,
+        )
         self.streams_per_corpus = counts * data_ranges
         offsets = np.concatenate([[0], np.cumsum(counts)])
         everyone, _ = _row_streams(np.arange(global_batch), global_batch, bi_data, num_data_shards)
