@@ -87,6 +87,11 @@ def check_run_from(
         problems += _corpora_problems(config, manifests, evaluates=evaluates)
         if source is not None:
             problems += filter(None, [tokenizer_problem(source, manifests[0])])
+    elif dirs:  # a corpus is missing: its weights are still checked in this round
+        try:
+            mixture.parse_weights(config.corpus_weights, len(dirs))
+        except ConfigError as e:
+            problems.append(str(e))
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
