@@ -111,7 +111,8 @@ def test_a_restarted_batcher_resumes_bit_for_bit():
 
 def test_four_hosts_each_stage_only_their_share_of_each_corpus(tmp_path, monkeypatch):
     """4 simulated hosts (own cache roots), data_ranges=4, each staging both corpora from
-    their copies elsewhere (staging reads a local copy as it reads gs://): each downloads and caches 2 of the 8 train shards of each."""
+    copies elsewhere (staging reads a local copy as it reads gs://): each downloads and
+    caches 2 of the 8 train shards of each corpus, its own two."""
     remotes = []
     for k, directory in enumerate(corpora()):  # a local 'remote' copy, staged as gs:// is
         remote = str(tmp_path / f"published{k}")
