@@ -251,9 +251,10 @@ class StreamBatcher:
             for name, streams in zip(self.names, self.streams_per_corpus, strict=True)
         }
 
-    def describe(self, num_steps: int) -> list[str]:
+    def describe(self, num_steps: int, dirs: Sequence[str] | None = None) -> list[str]:
         """One line per corpus for the start of a run: its weight (share asked), its share
-        of the rows, its tokens and the epochs `num_steps` steps read of it."""
+        of the rows, its tokens and the epochs `num_steps` steps read of it; `dirs` names
+        the corpora as the user did (default: their manifests' paths, staged copies')."""
         total = int(self.streams_per_corpus.sum())
         seen = self.tokens_seen(num_steps)
         lines = []
@@ -262,8 +263,9 @@ class StreamBatcher:
             n = manifest.splits.get(self._split, {}).get("tokens", 0)
             streams = int(self.streams_per_corpus[i])
             epochs = seen[name] / max(n, 1)
+            where = dirs[i] if dirs else manifest.path
             line = (
-                f"corpus {name} ({manifest.path}): weight {self.shares[i]:.3f}, "
+                f"corpus {name} ({where}): weight {self.shares[i]:.3f}, "
                 f"{streams} of {total} streams a step ({streams / total:.1%} of the rows), "
                 f"{n:,} {self._split} tokens, {epochs:.2f} epochs in {num_steps:,} steps"
             )

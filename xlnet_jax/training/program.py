@@ -190,8 +190,9 @@ class Program:
             corpus_alpha=alpha,
             names=mixture.corpus_names(named if len(named) == len(dirs) else dirs),
         )
-        if len(dirs) > 1 and split == "train":
-            for line in batcher.describe(config.num_train_steps):
+        if len(dirs) > 1 and split == "train" and jax.process_index() == 0:
+            shown = named if len(named) == len(dirs) else None
+            for line in batcher.describe(config.num_train_steps, shown):
                 log.info("Mixture: %s", line)
         return batcher
 
