@@ -275,9 +275,9 @@ FIELDS = (
         NUMBER,
         0.0,
         "data",
-        "A mixture's temperature: shares proportional to each train split's tokens ** alpha "
-        "(0.3 in XLM-R and mT5; 1 is by token counts); 0: not used.",
-        at_least(0),
+        "A mixture's temperature in [0, 1]: shares proportional to each train split's tokens "
+        "** alpha (0.3 in XLM-R and mT5; 1 is by token counts); 0: not used.",
+        UNIT,
     ),
     Field(
         "data_ranges",
