@@ -104,7 +104,7 @@ FIELDS = {
             ("2", "one weight for the one corpus: its share is 1"),
         ),
         invalid=("0", "-1", "1,1", "nan", "inf", "3;1"),
-    ),  # fmt: skip
+    ),
     "corpus_alpha": Entry(
         valid=((0.0, "not used (the default)"), (0.3, "XLM-R's temperature: one corpus, share 1")),
         invalid=(1.5,),
