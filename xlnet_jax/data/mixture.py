@@ -4,8 +4,8 @@
 gets a share p_i of every step's streams:
 
   - `config.corpus_weights=W1,W2,...`: p_i = W_i / sum(W), each W_i > 0;
-  - `config.corpus_alpha=A` (in (0, 1]): p_i proportional to n_i^A over the train splits' token
-    counts n_i (temperature sampling as in XLM-R and mT5, A = 0.3 there; A = 1 is
+  - `config.corpus_alpha=A` (in (0, 1]): p_i proportional to n_i^A over the train splits'
+    token counts n_i (temperature sampling as in XLM-R and mT5, A = 0.3 there; A = 1 is
     proportional, a smaller A lifts the small corpora);
   - neither: proportional to the token counts, as if the corpora were one.
 
