@@ -311,6 +311,8 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
         f"{result['train_unigram_cross_entropy']:.4f} nats; their own unigram entropy is "
         f"{result['validation_unigram_entropy']:.4f} nats."
     )
+    for line in evaluate.corpus_table(result):  # a mixture: each corpus's held-out loss
+        print(line)
     return 0
 
 

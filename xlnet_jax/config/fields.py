@@ -259,7 +259,25 @@ FIELDS = (
         STR,
         "",
         "data",
-        "Output of `xlnet-jax prepare`; empty means WORKDIR/corpus (built-in).",
+        "Output of `xlnet-jax prepare`; empty means WORKDIR/corpus (built-in). Several, "
+        "comma-separated (DIR1,DIR2), pretrain on their mixture (one tokenizer).",
+    ),
+    Field(
+        "corpus_weights",
+        STR,
+        "",
+        "data",
+        "A mixture's relative weights, one per corpus_dir entry (3,1): each corpus's share of "
+        "every step's streams; empty: by corpus_alpha, else by the corpora's token counts.",
+    ),
+    Field(
+        "corpus_alpha",
+        NUMBER,
+        0.0,
+        "data",
+        "A mixture's temperature in [0, 1]: shares proportional to each train split's tokens "
+        "** alpha (0.3 in XLM-R and mT5; 1 is by token counts); 0: not used.",
+        UNIT,
     ),
     Field(
         "data_ranges",

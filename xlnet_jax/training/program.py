@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.config import ModelConfig, data_ranges
+from xlnet_jax.data import mixture
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.model.xlnet import XLNetLM
@@ -170,10 +171,19 @@ class Program:
         return placement.to_global(local_batch, self.batch_shardings)
 
     def batcher(self, corpus_dir: str, split: str) -> StreamBatcher:
-        """The stream batcher of this process's rows of `split`, for this mesh's data shards."""
+        """The stream batcher of this process's rows of `split`, for this mesh's data shards.
+
+        `corpus_dir` is one corpus, or a mixture's (staged) corpora comma-separated, as
+        preflight.check_run_from names them; a mixture's shares come from
+        config.corpus_weights / corpus_alpha, its names from config.corpus_dir (the user's
+        spelling, not the staged copies'), and the train batcher logs one line per corpus.
+        """
         config = self.config
-        return StreamBatcher(
-            corpus_dir,
+        dirs = mixture.corpus_dirs(corpus_dir)
+        weights, alpha = mixture.weights_and_alpha(config) if len(dirs) > 1 else (None, 0.0)
+        named = mixture.corpus_dirs(config.corpus_dir) if config.corpus_dir else dirs
+        batcher = StreamBatcher(
+            dirs,
             split,
             seq_len=config.seq_len,
             reuse_len=config.reuse_len,
@@ -186,7 +196,15 @@ class Program:
             data_ranges=data_ranges(config, jax.process_count()),
             process_index=jax.process_index(),
             process_count=jax.process_count(),
+            corpus_weights=weights,
+            corpus_alpha=alpha,
+            names=mixture.corpus_names(named if len(named) == len(dirs) else dirs),
         )
+        if len(dirs) > 1 and split == "train" and jax.process_index() == 0:
+            shown = named if len(named) == len(dirs) else None
+            for line in batcher.describe(config.num_train_steps, shown):
+                log.info("Mixture: %s", line)
+        return batcher
 
 
 def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:
