@@ -509,6 +509,16 @@ FIELDS = (
         one_of("replica", "global"),
     ),
     Field(
+        "clip_replicas",
+        INT,
+        0,
+        "finetune",
+        "clip_scope \"replica\": how many replicas' shares are clipped apart (the original's "
+        "core count: SQuAD 8, RACE 32), whatever the mesh; 0: the mesh's data-parallel "
+        "devices. Must divide each micro-batch's rows.",
+        at_least(0, " (0: the mesh's data-parallel devices)"),
+    ),
+    Field(
         "answer_class_start",
         STR,
         "expected",

@@ -94,6 +94,16 @@ def original_adam(
     return optax.GradientTransformation(init, update)
 
 
+def clip_replicas(config: ml_collections.ConfigDict, data_devices: int) -> int | None:
+    """How many shares the train step clips apart: None for clip_scope "global" (tx clips
+    the batch's gradient), else config.clip_replicas, or the mesh's `data_devices` when
+    that is 0. A count of its own, apart from the mesh, makes the update the original's
+    TPU update on any machine (CrossShardOptimizer over that many cores)."""
+    if config.clip_scope != "replica":
+        return None
+    return config.get("clip_replicas", 0) or data_devices
+
+
 def make_optimizer(config: ml_collections.ConfigDict, n_layer: int) -> optax.GradientTransformation:
     """Clip (unless the train step clips per replica), the layer factors on the gradients,
     Adam, or the factors on the updates: as config's finetune fields say."""
