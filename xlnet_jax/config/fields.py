@@ -472,6 +472,16 @@ FIELDS = (
         at_least(1),
     ),
     Field(
+        "race_rows",
+        STR,
+        "fresh",
+        "finetune",
+        'RACE: "fresh" (each option\'s row built anew) or "aliased" (the original\'s run_race.py '
+        "rows, where option k's segment A also holds options 0..k-1, zihangdai/xlnet#204: to "
+        "compare with the published figures; one segment).",
+        one_of("fresh", "aliased"),
+    ),
+    Field(
         "lr_layer_decay_rate",
         NUMBER,
         1.0,
