@@ -586,6 +586,17 @@ FIELDS = (
         at_least(1),
     ),
     Field(
+        "squad_postprocess",
+        STR,
+        "original",
+        "finetune",
+        'SQuAD answers and threshold: "original" (run_squad.py to the letter: the window\'s '
+        "last paragraph piece never ends an answer, the first n-best entry even if empty, the "
+        'threshold search may split a tie) or "consistent" (that piece counts, the best '
+        "non-empty text, a threshold that gives its score back).",
+        one_of("original", "consistent"),
+    ),
+    Field(
         "max_answer_length",
         INT,
         64,
