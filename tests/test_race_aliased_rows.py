@@ -1,8 +1,8 @@
 """config.race_rows "aliased": the original's RACE rows, list aliasing included
-(zihangdai/xlnet run_race.py:189, `tokens = tokens_context`; zihangdai/xlnet#204).
+(zihangdai/xlnet run_race:189, `tokens = tokens_context`; zihangdai/xlnet#204).
 
 The reference is a short transcription of the row-building loop of the original's
-convert_single_example (run_race.py), run on random articles and options: while article +
+convert_single_example (run_race), run on random articles and options: while article +
 option fits, the article list itself is the row and grows by it. Ours pads with <pad> where
 the original pads with 0 (a named departure; the mask hides either), so padding is compared
 through the mask.
@@ -21,7 +21,7 @@ SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4  # the original's classi
 
 
 def _original_rows(tokens_context, qa_list, max_seq_length, max_qa_length):
-    """run_race.py's convert_single_example, its row loop transcribed (tokens for text)."""
+    """run_race's convert_single_example, its row loop transcribed (tokens for text)."""
     input_ids, input_mask, all_seg_ids = [], [], []
     for i in range(len(qa_list)):
         tokens_qa = qa_list[i]

@@ -1,7 +1,7 @@
 """config.squad_postprocess "original": SQuAD's answers and threshold search as the
 original's, against short transcriptions of its functions run on random cases.
 
-  * run_squad.py write_predictions: starts and ends at >= paragraph_len - 1 dropped, the
+  * run_squad write_predictions: starts and ends at >= paragraph_len - 1 dropped, the
     n-best list by start + end log probability, one entry per text, the prediction the
     first entry (empty or not), the null odds the smallest cls_logits.
   * squad_utils.find_best_thresh_v2: the threshold search, threshold 0.0 to start, ties not

@@ -101,8 +101,9 @@ FIELDS = (
         STR,
         "gelu",
         "model",
-        'Feed-forward activation: "gelu" or "relu".',
-        one_of("gelu", "relu"),
+        'Feed-forward activation: "gelu" (exact, erf: HF\'s), "gelu_new" (the original\'s tanh '
+        'approximation, HF\'s name for it) or "relu".',
+        one_of("gelu", "gelu_new", "relu"),
         tags=ARCH,
     ),
     Field(
@@ -338,6 +339,16 @@ FIELDS = (
     Field("adam_b2", NUMBER, 0.999, "optimiser", "Adam beta2.", FRACTION),
     Field("adam_eps", NUMBER, 1e-06, "optimiser", "Adam epsilon.", POSITIVE),
     Field(
+        "pretrain_adam_variant",
+        STR,
+        "adamw",
+        "optimiser",
+        'Pretraining\'s Adam: "adamw" (optax.adamw, bias-corrected, HF\'s) or "original" (the '
+        "original's: weight_decay > 0 is AdamWeightDecayOptimizer, no bias correction; 0 is "
+        "TF's AdamOptimizer). Fine-tuning takes adam_variant.",
+        one_of("adamw", "original"),
+    ),
+    Field(
         "clip_norm",
         NUMBER,
         1.0,
@@ -476,7 +487,7 @@ FIELDS = (
         STR,
         "fresh",
         "finetune",
-        'RACE: "fresh" (each option\'s row built anew) or "aliased" (the original\'s run_race.py '
+        'RACE: "fresh" (each option\'s row built anew) or "aliased" (the original\'s run_race '
         "rows, where option k's segment A also holds options 0..k-1, zihangdai/xlnet#204: to "
         "compare with the published figures; one segment).",
         one_of("fresh", "aliased"),
@@ -590,7 +601,7 @@ FIELDS = (
         STR,
         "original",
         "finetune",
-        'SQuAD answers and threshold: "original" (run_squad.py to the letter: the window\'s '
+        'SQuAD answers and threshold: "original" (run_squad to the letter: the window\'s '
         "last paragraph piece never ends an answer, the first n-best entry even if empty, the "
         'threshold search may split a tie) or "consistent" (that piece counts, the best '
         "non-empty text, a threshold that gives its score back).",

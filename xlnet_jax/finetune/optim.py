@@ -19,14 +19,13 @@ when untied (then stacked [n_layer, ...]), so their factor is 1, as the embeddin
 the head's.
 """
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
 from xlnet_jax.training import optim
+from xlnet_jax.training.optim import AdamState, original_adam  # noqa: F401 (re-exported)
 
 GLOBAL_IN_ORIGINAL = ("rel_biases", "seg_embed")  # stacked here, global in the original
 
@@ -54,44 +53,6 @@ def scale_by_layer(n_layer: int, rate: float) -> optax.GradientTransformation:
         return jax.tree.map(lambda u, f: u * f.astype(u.dtype), updates, factors), state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
-
-
-class AdamState(NamedTuple):
-    count: jax.Array
-    mu: optax.Updates
-    nu: optax.Updates
-
-
-def original_adam(
-    schedule: optax.Schedule, b1: float, b2: float, eps: float, weight_decay: float
-) -> optax.GradientTransformation:
-    """The original's Adam (see the module docstring): TF's AdamOptimizer when weight_decay
-    is 0, its AdamWeightDecayOptimizer (decay on optim.weight_decay_mask) otherwise."""
-
-    def init(params):
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return AdamState(jnp.zeros((), jnp.int32), zeros, jax.tree.map(jnp.zeros_like, params))
-
-    def update(grads, state, params=None):
-        lr = schedule(state.count)
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
-        if weight_decay == 0:
-            t = (state.count + 1).astype(jnp.float32)
-            step = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
-            updates = jax.tree.map(lambda m, v: -step * m / (jnp.sqrt(v) + eps), mu, nu)
-        else:
-            mask = optim.weight_decay_mask(params)
-            updates = jax.tree.map(
-                lambda m, v, p, d: -lr * (m / (jnp.sqrt(v) + eps) + weight_decay * d * p),
-                mu,
-                nu,
-                params,
-                mask,
-            )
-        return updates, AdamState(state.count + 1, mu, nu)
-
-    return optax.GradientTransformation(init, update)
 
 
 def clip_replicas(config: ml_collections.ConfigDict, data_devices: int) -> int | None:

@@ -7,7 +7,7 @@ probability, give the n-best list with texts cut from the original paragraph by 
 offsets (one entry per distinct text). The null odds are the smallest `cls_logits` over the
 question's windows, and the threshold on them is what the metric searches.
 
-original=True (config.squad_postprocess "original", the default) is run_squad.py's
+original=True (config.squad_postprocess "original", the default) is run_squad's
 write_predictions to the letter: a start or end at `>= paragraph_len - 1` is dropped
 (:778-781, so the window's last paragraph piece never starts or ends an answer), and the
 prediction is the first n-best entry (:842), even when its text is empty. original=False
@@ -46,7 +46,7 @@ def _candidates(
     window: Window, result: WindowResult, max_answer_length: int, original: bool = False
 ):
     """(score, start log prob, end log prob, start, end) of the window's valid spans;
-    original: the last paragraph piece is out, as run_squad.py's `>= paragraph_len - 1`."""
+    original: the last paragraph piece is out, as run_squad's `>= paragraph_len - 1`."""
     limit = window.paragraph_len - 1 if original else window.paragraph_len
     for i, start in enumerate(result.start_top_index.tolist()):
         for j, end in enumerate(result.end_top_index[i].tolist()):
@@ -75,7 +75,7 @@ def predict(
     original: bool = False,
 ) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
     """(predictions {id: text}, null odds {id: score}, n-best {id: [entries]}), file order;
-    original: run_squad.py's rules (module docstring)."""
+    original: run_squad's rules (module docstring)."""
     by_question: dict[int, list[tuple[Window, WindowResult]]] = {}
     for window, result in zip(windows, results, strict=True):
         by_question.setdefault(window.question, []).append((window, result))

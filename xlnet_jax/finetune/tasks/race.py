@@ -6,7 +6,7 @@ Each option becomes one row as the original's run_race builds it: the article, <
 question with the option put in place of "_" (or appended after a space), <sep>, <cls>; the
 question-and-option part keeps its last max_qa_length tokens, the article its first tokens
 that fit. Every row here is built anew (config.race_rows "fresh"). The original's
-run_race.py:189 (`tokens = tokens_context`) aliases the article's token list and appends the
+run_race:189 (`tokens = tokens_context`) aliases the article's token list and appends the
 row to it in place, so that while the rows fit, option k's segment A also holds options
 0..k-1, each with its <sep> ... <sep> <cls> (zihangdai/xlnet#204); the published RACE
 figures were made with those rows, and config.race_rows "aliased" builds them (aliased_rows),
@@ -168,7 +168,7 @@ def _windows(
 def aliased_rows(
     article: list[int], qas: list[list[int]], seq_len: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The original's rows of one question (run_race.py convert_single_example, with its
+    """The original's rows of one question (run_race convert_single_example, with its
     list aliasing, zihangdai/xlnet#204), each [1, options, seq_len]: while article + qa fits
     seq_len - 3, the row's segment A is the article list itself, which then grows by the row
     (<sep> qa <sep> <cls>), all of it segment A for the next option; once it does not fit,
