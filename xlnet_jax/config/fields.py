@@ -606,6 +606,7 @@ FIELDS = (
         'threshold search may split a tie) or "consistent" (that piece counts, the best '
         "non-empty text, a threshold that gives its score back).",
         one_of("original", "consistent"),
+        saved_before="consistent",
     ),
     Field(
         "max_answer_length",
