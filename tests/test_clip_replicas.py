@@ -66,16 +66,16 @@ def case():
     return config, batch, params, program
 
 
-def _core_gradients(program, params, batch) -> list[list[np.ndarray]]:
+def _core_gradients(program, params, batch, cores: int = CORES) -> list[list[np.ndarray]]:
     """Each core's gradient of its own rows' weighted mean loss, as float64 leaves."""
 
     def loss(p, rows):
         return finetune_program._loss(program.task, program.module, p, rows, deterministic=True)[0]
 
     grad = jax.jit(jax.grad(loss))
-    share = BATCH // CORES
+    share = BATCH // cores
     out = []
-    for r in range(CORES):
+    for r in range(cores):
         rows = {k: v[r * share : (r + 1) * share] for k, v in batch.items()}
         out.append([np.asarray(g, np.float64) for g in jax.tree.leaves(grad(params, rows))])
     return out
@@ -119,6 +119,14 @@ def _ours(config, batch, params, num_devices: int) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(state.params))]
 
 
+def _close(got, want, initial, largest):
+    """The updates equal to float32 rounding: of the gradient sums (1e-4 of the largest
+    update) and of the params they are read from (a few float32 spacings of |param|)."""
+    spacing = np.spacing(np.abs(initial).astype(np.float32)).astype(np.float64)
+    tolerance = 1e-4 * largest + 4 * spacing
+    assert np.all(np.abs((got - initial) - (want - initial)) <= tolerance)
+
+
 @pytest.fixture(scope="module")
 def reference(case):
     config, batch, params, program = case
@@ -143,7 +151,21 @@ def test_the_update_is_the_originals_tpu_update_on_any_device_count(case, refere
     # the per-core clip is another update than one clip of the sum: the test tells them apart
     assert max(np.abs(w - g).max() for w, g in zip(want, global_clip, strict=True)) > 0.1 * largest
     for g, w, p in zip(got, want, initial, strict=True):
-        np.testing.assert_allclose(g - p, w - p, rtol=1e-4, atol=1e-4 * largest)
+        _close(g, w, p, largest)
+
+
+def test_a_count_that_does_not_spread_over_the_devices_is_the_same_update(case):
+    """4 cores on 8 devices: the shares (4 rows each) do not lie one to a device, nor split
+    over the 8; the step still equals the 4-core reference."""
+    config, batch, params, program = case
+    config = _config(clip_replicas=4)
+    want = _reference_update(params, _core_gradients(program, params, batch, 4), config, True)
+    got = _ours(config, batch, params, 8)
+    initial = [np.asarray(p, np.float64) for p in jax.tree.leaves(params)]
+    largest = max(np.abs(w - p).max() for w, p in zip(want, initial, strict=True))
+    assert largest > 1e-6  # the step moved the params
+    for g, w, p in zip(got, want, initial, strict=True):
+        _close(g, w, p, largest)
 
 
 def test_a_count_that_does_not_divide_the_micro_batch_is_one_line():
