@@ -101,8 +101,9 @@ FIELDS = (
         STR,
         "gelu",
         "model",
-        'Feed-forward activation: "gelu" or "relu".',
-        one_of("gelu", "relu"),
+        'Feed-forward activation: "gelu" (exact, erf: HF\'s), "gelu_new" (the original\'s tanh '
+        'approximation, HF\'s name for it) or "relu".',
+        one_of("gelu", "gelu_new", "relu"),
         tags=ARCH,
     ),
     Field(
@@ -356,6 +357,16 @@ FIELDS = (
     Field("adam_b2", NUMBER, 0.999, "optimiser", "Adam beta2.", FRACTION),
     Field("adam_eps", NUMBER, 1e-06, "optimiser", "Adam epsilon.", POSITIVE),
     Field(
+        "pretrain_adam_variant",
+        STR,
+        "adamw",
+        "optimiser",
+        'Pretraining\'s Adam: "adamw" (optax.adamw, bias-corrected, HF\'s) or "original" (the '
+        "original's: weight_decay > 0 is AdamWeightDecayOptimizer, no bias correction; 0 is "
+        "TF's AdamOptimizer). Fine-tuning takes adam_variant.",
+        one_of("adamw", "original"),
+    ),
+    Field(
         "clip_norm",
         NUMBER,
         1.0,
@@ -490,6 +501,16 @@ FIELDS = (
         at_least(1),
     ),
     Field(
+        "race_rows",
+        STR,
+        "fresh",
+        "finetune",
+        'RACE: "fresh" (each option\'s row built anew) or "aliased" (the original\'s run_race '
+        "rows, where option k's segment A also holds options 0..k-1, zihangdai/xlnet#204: to "
+        "compare with the published figures; one segment).",
+        one_of("fresh", "aliased"),
+    ),
+    Field(
         "lr_layer_decay_rate",
         NUMBER,
         1.0,
@@ -525,6 +546,16 @@ FIELDS = (
         'Where clip_norm applies: "replica" (each data-parallel device\'s share of the batch, '
         'before the sum, as the original on TPU) or "global" (the whole batch\'s gradient).',
         one_of("replica", "global"),
+    ),
+    Field(
+        "clip_replicas",
+        INT,
+        0,
+        "finetune",
+        "clip_scope \"replica\": how many replicas' shares are clipped apart (the original's "
+        "core count: SQuAD 8, RACE 32), whatever the mesh; 0: the mesh's data-parallel "
+        "devices. Must divide each micro-batch's rows.",
+        at_least(0, " (0: the mesh's data-parallel devices)"),
     ),
     Field(
         "answer_class_start",
@@ -582,6 +613,18 @@ FIELDS = (
         "finetune",
         "SQuAD: answers kept per question in predictions/SPLIT_nbest.json.",
         at_least(1),
+    ),
+    Field(
+        "squad_postprocess",
+        STR,
+        "original",
+        "finetune",
+        'SQuAD answers and threshold: "original" (run_squad to the letter: the window\'s '
+        "last paragraph piece never ends an answer, the first n-best entry even if empty, the "
+        'threshold search may split a tie) or "consistent" (that piece counts, the best '
+        "non-empty text, a threshold that gives its score back).",
+        one_of("original", "consistent"),
+        saved_before="consistent",
     ),
     Field(
         "max_answer_length",

@@ -112,8 +112,14 @@ def replica_gradients(
     micro_key). loss_fn(params, rows, key, total_weight) -> (loss, aux) is the rows'
     weighted loss sum over total_weight, here their share's weight. The returned loss is the
     batch's weighted mean. `sharding` (the batch's) places share r, and its gradient, on
-    replica r's device.
+    replica r's device when the shares spread evenly over the data devices; otherwise (a
+    replica count apart from the mesh, config.clip_replicas) the shares are left to XLA and
+    each share's rows follow the model's batch axis where they divide over the devices.
     """
+    devices = 1 if sharding is None else sharding.mesh.shape["data"] * sharding.mesh.shape["fsdp"]
+    share_rows = batch["weight"].shape[0] // (replicas * micro_batches)
+    if replicas % devices:
+        sharding = None
 
     def place(tree):
         if sharding is None:
@@ -130,6 +136,8 @@ def replica_gradients(
     rules = [
         (name, None if name == "batch" else axes) for name, axes in nn.get_logical_axis_rules()
     ]
+    if sharding is None and devices > 1 and share_rows % devices == 0:
+        rules = list(nn.get_logical_axis_rules())  # each share's rows over every device
 
     def micro(index, rows):
         k = micro_key(key, index, micro_batches)
@@ -180,8 +188,9 @@ def train_step(
     The gradient is summed over `micro_batches` micro-batches (config.grad_accum_steps),
     each with its own dropout key; the loss and gradient norm are the whole batch's.
     replicas None: tx clips the batch's gradient (clip_scope "global"); else the gradient is
-    clipped per replica share as the original's TPU step (replica_gradients, with the
-    batch's sharding). mem_gradient: as forward.apply_segments.
+    clipped per replica share as the original's TPU step over `replicas` cores
+    (replica_gradients, with the batch's sharding; optim.clip_replicas gives the count,
+    which need not be the mesh's). mem_gradient: as forward.apply_segments.
     """
     dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
@@ -324,7 +333,7 @@ def build(
     model = model_config(config)
     module = task.module(model, labels)
     tx = optim.make_optimizer(config, model.n_layer)
-    replicas = mesh.shape["data"] * mesh.shape["fsdp"] if config.clip_scope == "replica" else None
+    replicas = optim.clip_replicas(config, mesh.shape["data"] * mesh.shape["fsdp"])
     schedule = learning_rate_schedule(config)
     rows = example["input_ids"][:1, 0]  # [1, *rows, L]: one feature's first segment
     flat = rows.reshape(-1, rows.shape[-1])[:1]
