@@ -113,6 +113,9 @@ class FinetuneRun:
     def put_batch(self, host_batch: dict) -> dict:
         return self.program.put_rows(host_batch, self.config.batch_size)
 
+    def counters(self, done: int) -> dict[str, float]:
+        return {}
+
     def eval_due(self, done: int) -> bool:
         every = self.config.eval_every
         return bool(every) and done % every == 0 and done < self.config.num_train_steps

@@ -81,6 +81,10 @@ class LoopProgram(Protocol):
     def put_batch(self, host_batch: Any) -> dict:
         """Host rows -> the global batch on the mesh."""
 
+    def counters(self, done: int) -> dict[str, float]:
+        """Scalars of the run's progress at step `done` for its train record (pretraining:
+        the tokens seen of each corpus)."""
+
     def eval_due(self, done: int) -> bool:
         """Whether the loop evaluates after step `done`."""
 
@@ -251,7 +255,8 @@ def _steps(
             throughput = _throughput(program, step_time, peak_tflops)
             for record in records:
                 scalars = {k: float(v) for k, v in record.items() if k != "step"}
-                writer.write(record["step"], {**scalars, **throughput})
+                counters = program.counters(record["step"])
+                writer.write(record["step"], {**scalars, **counters, **throughput})
             progress.update(done, records[-1], throughput)
             pending, timed, interval_start = [], 0, time.time()
             final = done == config.num_train_steps

@@ -192,6 +192,12 @@ class PretrainRun:
     def put_batch(self, host_batch: dict) -> dict:
         return self.program.put_batch(host_batch)
 
+    def counters(self, done: int) -> dict[str, float]:
+        seen = self._batcher.tokens_seen(done)
+        if len(seen) == 1:  # one corpus: the run's tokens are its
+            return {}
+        return {f"corpus/{name}/tokens_seen": float(n) for name, n in seen.items()}
+
     def eval_due(self, done: int) -> bool:
         return self.config.eval_every > 0 and done % self.config.eval_every == 0
 
