@@ -35,6 +35,11 @@ from xlnet_jax.launch import (
 
 PROG = "xlnet-jax launch"
 LOCAL_LOGS = "xlnet-jax-logs"  # the local backend's logs of a gs:// workdir, under the cwd
+# How a --backend local job stops, in `stop --help`, the manual and the launcher's first line.
+LOCAL_STOP = (
+    "Ctrl-C in the launcher's terminal, or `kill -INT PID` of the launcher (its pid is on its "
+    "first line): every process saves a checkpoint and stops, and the same command resumes"
+)
 STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
 # The program's flags that the launcher sets itself (or owns: its --dry-run prints the
 # commands), never passed on; every other flag of `xlnet-jax train` and `finetune` is, as
@@ -522,7 +527,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "Sends SIGTERM to the trainer's process group on each worker (the trainer and\n"
         "everything it started), waits up to --grace seconds (JAX takes SIGTERM as a\n"
         "preemption notice, so the trainer may checkpoint), then SIGKILLs the group. `launch\n"
-        "run` reads the stop as the user's: it ends the job rather than restart it.",
+        "run` reads the stop as the user's: it ends the job rather than restart it.\n\n"
+        f"A --backend local job has no `stop`: {LOCAL_STOP}.",
     )
     _tpu_options(stop)
     _queued_ssh_option(stop)
@@ -903,6 +909,7 @@ def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
 
     if args.dry_run:
         return runner.run_commands(make_commands(), dry_run=True)
+    print(f"launch: pid {os.getpid()}; to stop: {LOCAL_STOP}.", file=sys.stderr, flush=True)
     log_dir = Path(args.log_dir) if args.log_dir else local_log_dir(args.workdir)
     return local.run_with_restarts(
         make_commands,
