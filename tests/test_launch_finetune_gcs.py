@@ -108,6 +108,9 @@ def test_from_a_pretraining_run_in_the_bucket(bucket, pretrained, data, tmp_path
     log = (tmp_path / "logs" / "process_0.log").read_text()
     assert code == 0, capsys.readouterr().err + log[-3000:]
     assert finished(bucket, "ft-run")["step"] == 2
+    # one line per checkpoint saved, once complete (checkpoint_every 2: step 2 only)
+    assert log.count("Checkpoint of step ") == 1, log
+    assert f"Checkpoint of step 2 saved in {ROOT}/ft-run/checkpoints/2" in log, log
     names = gcs_emulator.list_objects(bucket, BUCKET, "ft-run/")
     assert "ft-run/spiece.model" in names  # the corpus's tokenizer, copied from the bucket
     assert not list(tmp_path.rglob("gs:*")), "a gs:// path became a local directory"

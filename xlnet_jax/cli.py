@@ -5,8 +5,9 @@ line, `xlnet-jax COMMAND: error: ...`, with no traceback. Exit codes: 0 done; 1 
 error (the `XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint);
 2 a wrong command line (unknown command, flag or config field; a missing flag); 3 `compile`:
 the step does not fit the topology's memory; 4 object storage kept failing past the retry
-budget (rerun when it answers: training resumes; `launch run` does so itself); 130 Ctrl-C
-(train saves first; see train.py).
+budget (rerun when it answers: training resumes; `launch run` does so itself); 6 stopped
+by SIGTERM before the last step, after saving a checkpoint (a preemption notice: rerun to
+resume; `launch run` restarts it); 130 Ctrl-C (train saves first; see train.py).
 """
 
 import contextlib
