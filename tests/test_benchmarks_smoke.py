@@ -30,6 +30,7 @@ RUNS = {
     "scaling.py": ("--only", "devices", "--device_shape", "toy", "--device_counts", "1", *TOY),
     "memory.py": ("--shapes", "toy", "--no_search"),
     "input_pipeline.py": ("--shapes", "toy", *TOY),
+    "mixture_pipeline.py": ("--shapes", "toy", *TOY),
     "matmul_bound.py": ("--shapes", "toy", *TOY, "--step", "--step_iters", "1"),
     # Also a check: it exits non-zero unless our first step's loss matches HF's within 1e-4.
     "learning_curve.py": ("--steps", "3", "--every", "1"),
@@ -55,6 +56,8 @@ def test_benchmark_prints_a_table(script: str, env: dict):
     args = list(RUNS[script])
     if script in ("input_pipeline.py", "learning_curve.py"):
         args += ["--corpus", small_corpus()]
+    if script == "mixture_pipeline.py":  # the one corpus thrice: a 3-corpus layout in seconds
+        args += ["--corpora", ",".join([small_corpus()] * 3)]
     if script == "gpu_check.py":
         args += ["--json", os.path.join(scratch("gpu-check"), "gpu_check.json")]
     result = subprocess.run(

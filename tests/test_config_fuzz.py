@@ -97,6 +97,18 @@ FIELDS = {
     "max_span": Entry(),
     "next_sentence_prob": Entry(valid=((0.0, "B is always a random sentence"),), invalid=(1.5,)),
     "corpus_dir": Entry(invalid=(_empty_dir, _a_file, "/nonexistent/corpus")),
+    # One corpus here: a weight or an alpha is valid and changes nothing (test_data_mixture.py)
+    "corpus_weights": Entry(
+        valid=(
+            ("", "no weights: by token counts (the default)"),
+            ("2", "one weight for the one corpus: its share is 1"),
+        ),
+        invalid=("0", "-1", "1,1", "nan", "inf", "3;1"),
+    ),
+    "corpus_alpha": Entry(
+        valid=((0.0, "not used (the default)"), (0.3, "XLM-R's temperature: one corpus, share 1")),
+        invalid=(1.5,),
+    ),
     "data_ranges": Entry(
         valid=((0, "the process count when the run starts (the default)"),),
         invalid=(3, 32),  # must divide the 16 streams of a batch
@@ -136,6 +148,10 @@ FIELDS = {
     "lr_layer_decay_mode": Entry(invalid=("layer",)),
     "adam_variant": Entry(invalid=("adam",)),
     "clip_scope": Entry(invalid=("host",)),
+    "clip_replicas": Entry(valid=((0, "the mesh's data-parallel devices (the default)"),)),
+    "race_rows": Entry(invalid=("original",)),
+    "squad_postprocess": Entry(invalid=("hf",)),
+    "pretrain_adam_variant": Entry(invalid=("adam",)),
     "answer_class_start": Entry(invalid=("start",)),
     "squad_version": Entry(valid=(("", "the default: told from the data files"),)),
     "doc_stride": Entry(),

@@ -24,7 +24,7 @@ from xlnet_jax import cli
 from xlnet_jax.checkpoint.reader import read_checkpoint
 from xlnet_jax.errors import STOPPED_EXIT_CODE, ConfigError
 from xlnet_jax.finetune import config as finetune_config
-from xlnet_jax.finetune import loop
+from xlnet_jax.finetune import predict as prediction
 
 FLAGS, WORDS = tiny.FLAGS, tiny.WORDS
 # The tiny run's fixtures, shared by name (module-scoped: built once for this module).
@@ -222,14 +222,14 @@ def test_a_signal_in_the_final_evaluation_stops_it_and_the_rerun_evaluates(
     no eval_results.json, and the rerun writes the uninterrupted run's."""
     (copy / "eval_results.json").unlink()
     shutil.rmtree(copy / "predictions")
-    predict = loop.predict
+    predict = prediction.predict
 
     def signalled(*args, **kwargs):
-        monkeypatch.setattr(loop, "predict", predict)  # once
+        monkeypatch.setattr(prediction, "predict", predict)  # once
         os.kill(os.getpid(), signum)
         return predict(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "predict", signalled)
+    monkeypatch.setattr(prediction, "predict", signalled)
     with pytest.raises(SystemExit) as exited:
         run(copy, source, data)
     assert exited.value.code == code

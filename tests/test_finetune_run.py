@@ -5,6 +5,7 @@ and the long-text path through the memory."""
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -320,3 +321,37 @@ def test_seeds_that_cannot_run_side_by_side_are_one_line(
     lines = capsys.readouterr().err.strip().splitlines()
     assert said in lines[-1], lines
     assert not (tmp_path / "run" / "seed_0").exists()  # nothing started
+
+
+@pytest.mark.parametrize(
+    "policy, steps, expected",
+    [
+        ("halt", 4, r"Non-finite \w+ at step (\d+) \(nonfinite_policy=halt\)"),
+        ("skip", 40, r"The last \d+ steps of the run, up to step (\d+), were skipped"),
+    ],
+)
+def test_a_diverged_run_stops_in_one_line_and_writes_no_result(
+    policy, steps, expected, source, data, tmp_path, capsys, monkeypatch
+):
+    """A learning rate far too large: under `halt` the first non-finite step stops the run;
+    under the default `skip` the streak of skipped steps up to the end stops it. Either
+    way the command fails with the loop's one line (pretraining's), and no
+    eval_results.json or final checkpoint looks like a result."""
+    workdir = tmp_path / policy
+    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))  # not os._exit here
+    with pytest.raises(SystemExit) as exited:
+        finetune(
+            workdir, source, data, "--config.learning_rate=1e30",
+            f"--config.nonfinite_policy={policy}", f"--config.num_train_steps={steps}",
+            "--config.checkpoint_every=1000",
+        )  # fmt: skip
+    assert exited.value.code != 0
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("xlnet-jax finetune: error: "), error
+    found = re.search(expected, error)
+    assert found, error
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").open()]
+    named = int(found.group(1))
+    assert [r for r in records if r.get("step") == named][0]["nonfinite"] != 0
+    assert not (workdir / "eval_results.json").exists()
+    assert not checkpoint_done(workdir, steps)

@@ -166,7 +166,7 @@ def _edited_copy(src, dst, **changes):
     [
         (dict(attn_type="uni"), "attn_type"),
         (dict(same_length=True), "same_length"),
-        (dict(ff_activation="gelu_new"), "ff_activation"),
+        (dict(ff_activation="silu"), "ff_activation"),
         (dict(d_head=4), "d_head"),
     ],
 )

@@ -20,7 +20,7 @@ from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.checkpoint.meta import make_meta
 from xlnet_jax.checkpoint.reader import read_checkpoint
 from xlnet_jax.checkpoint.train_state import TrainState
-from xlnet_jax.training import steps, train
+from xlnet_jax.training import nonfinite, steps
 from xlnet_jax.training.metrics import read_metrics
 
 INF, NAN = float("inf"), float("nan")
@@ -76,9 +76,9 @@ def record(step: int, code: int, skipped: int = 0) -> dict:
 
 
 def test_monitor_halt_names_step_quantity_and_newest_checkpoint():
-    monitor = train._NonFiniteMonitor("halt", 0)
+    monitor = nonfinite.NonFiniteMonitor("halt", 0)
     monitor.check([record(5, steps.FINITE)], last_saved=4)
-    with pytest.raises(train.NonFiniteError) as info:
+    with pytest.raises(nonfinite.NonFiniteError) as info:
         monitor.check([record(6, steps.FINITE), record(7, steps.NONFINITE_UPDATE, 1)], 6)
     message = str(info.value)
     assert "\n" not in message
@@ -87,50 +87,57 @@ def test_monitor_halt_names_step_quantity_and_newest_checkpoint():
 
 
 def test_monitor_skip_warns_and_stops_a_run_that_only_skips(caplog):
-    monitor = train._NonFiniteMonitor("skip", 0)
+    monitor = nonfinite.NonFiniteMonitor("skip", 0)
     monitor.check([record(1, steps.NONFINITE_GRAD, 1), record(2, steps.FINITE, 1)], None)
     assert "Non-finite gradient at step 1: update skipped (1 skipped" in caplog.text
     streak = [
-        record(step, steps.NONFINITE_LOSS, step) for step in range(3, 3 + train.MAX_SKIPS_IN_A_ROW)
+        record(step, steps.NONFINITE_LOSS, step)
+        for step in range(3, 3 + nonfinite.MAX_SKIPS_IN_A_ROW)
     ]
     monitor.check(streak[:-1], None)
-    with pytest.raises(train.NonFiniteError, match=r"steps in a row up to step \d+ were skipped"):
+    with pytest.raises(
+        nonfinite.NonFiniteError, match=r"steps in a row up to step \d+ were skipped"
+    ):
         monitor.check(streak[-1:], None)
 
 
 def test_monitor_stops_a_run_none_of_whose_first_steps_is_finite():
-    monitor = train._NonFiniteMonitor("skip", 0)
-    first = [record(step, steps.NONFINITE_UPDATE, step) for step in range(1, train.FIRST_STEPS)]
+    monitor = nonfinite.NonFiniteMonitor("skip", 0)
+    first = [record(step, steps.NONFINITE_UPDATE, step) for step in range(1, nonfinite.FIRST_STEPS)]
     monitor.check(first, None)
-    assert monitor.due(train.FIRST_STEPS)
-    with pytest.raises(train.NonFiniteError) as info:
-        monitor.check([record(train.FIRST_STEPS, steps.NONFINITE_UPDATE, 10)], None)
+    assert monitor.due(nonfinite.FIRST_STEPS)
+    with pytest.raises(nonfinite.NonFiniteError) as info:
+        monitor.check([record(nonfinite.FIRST_STEPS, steps.NONFINITE_UPDATE, 10)], None)
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
-        f"No step of this run was finite (steps 1-{train.FIRST_STEPS}, the last a non-finite "
+        f"No step of this run was finite (steps 1-{nonfinite.FIRST_STEPS}, the last a non-finite "
         "update): nothing was learned. Likely cause: the config breaks the numerics"
     )
     assert "config.learning_rate" in message and "no checkpoint of the untrained" in message
 
 
 def test_monitor_lets_a_run_go_on_once_a_step_was_finite():
-    monitor = train._NonFiniteMonitor("skip", 0)
+    monitor = nonfinite.NonFiniteMonitor("skip", 0)
     monitor.check([record(1, steps.NONFINITE_LOSS, 1), record(2, steps.FINITE, 1)], None)
-    assert not monitor.due(train.FIRST_STEPS)
-    late = [record(step, steps.NONFINITE_LOSS, step) for step in range(3, 3 + train.FIRST_STEPS)]
+    assert not monitor.due(nonfinite.FIRST_STEPS)
+    late = [
+        record(step, steps.NONFINITE_LOSS, step) for step in range(3, 3 + nonfinite.FIRST_STEPS)
+    ]
     monitor.check(late, None, save_due=True)
 
 
 def test_monitor_a_new_run_stops_rather_than_save_an_untrained_model():
-    new = train._NonFiniteMonitor("skip", 0)
-    with pytest.raises(train.NonFiniteError, match=r"\(steps 1-2, the last a non-finite loss\)"):
+    new = nonfinite.NonFiniteMonitor("skip", 0)
+    with pytest.raises(
+        nonfinite.NonFiniteError, match=r"\(steps 1-2, the last a non-finite loss\)"
+    ):
         new.check(
             [record(1, steps.NONFINITE_LOSS, 1), record(2, steps.NONFINITE_LOSS, 2)], None, True
         )
-    resumed = train._NonFiniteMonitor("skip", 6)  # its state was trained: saving it is harmless
+    resumed = nonfinite.NonFiniteMonitor("skip", 6)  # its state was trained: saving it is harmless
     resumed.check([record(7, steps.NONFINITE_LOSS, 1)], 6, save_due=True)
-    with pytest.raises(train.NonFiniteError, match="checkpoint of step 6 it resumed from"):
+    with pytest.raises(nonfinite.NonFiniteError, match="checkpoint of step 6 it resumed from"):
         resumed.check([record(s, steps.NONFINITE_LOSS, s) for s in range(8, 17)], 6)
 
 
@@ -149,13 +156,13 @@ def test_cli_run_that_never_steps_finitely_stops_at_the_first_steps_with_no_chec
     assert result.returncode == 1, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        f"xlnet-jax train: error: No step of this run was finite (steps 1-{train.FIRST_STEPS}, "
+        f"xlnet-jax train: error: No step of this run was finite (steps 1-{nonfinite.FIRST_STEPS}, "
         "the last a non-finite update)"
     ), result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert not list((workdir / "checkpoints").glob("*"))
     records = read_metrics(str(workdir))
-    assert sorted(records) == list(range(1, train.FIRST_STEPS + 1))
+    assert sorted(records) == list(range(1, nonfinite.FIRST_STEPS + 1))
     assert all(r["nonfinite"] == steps.NONFINITE_UPDATE for r in records.values())
 
 
@@ -215,3 +222,18 @@ def test_skip_skips_the_bad_step_counts_it_and_recovers(tmp_path):
     final = read_checkpoint(str(workdir), 12)["state"]
     assert int(final["skipped_steps"]) == 1
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(final["params"]))
+
+
+def test_monitor_a_streak_up_to_the_last_step_stops_the_run_before_its_end_is_kept():
+    """Under 'skip', a run whose last FIRST_STEPS steps were all skipped does not end as a
+    result (fine-tuning would evaluate its stale state); a shorter streak at the end does."""
+    streak = [
+        record(step, steps.NONFINITE_LOSS, step) for step in range(2, 2 + nonfinite.FIRST_STEPS)
+    ]
+    short = nonfinite.NonFiniteMonitor("skip", 0)
+    short.check([record(1, steps.FINITE, 0), *streak[:-1]], None, save_due=True, final=True)
+    full = nonfinite.NonFiniteMonitor("skip", 0)
+    with pytest.raises(
+        nonfinite.NonFiniteError, match=r"The last 10 steps of the run, up to step 11"
+    ):
+        full.check([record(1, steps.FINITE, 0), *streak], None, save_due=True, final=True)

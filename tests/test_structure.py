@@ -206,7 +206,7 @@ def test_a_local_run_imports_no_storage_or_tfds_library():
     """gcsfs (with its HTTP stack) and tfds load only where a gs:// path or an unread corpus
     needs them: every `train`, `eval` and `finetune` process and every test subprocess on
     local files starts about a second sooner."""
-    entry = "xlnet_jax.training.train xlnet_jax.training.evaluate xlnet_jax.finetune.loop"
+    entry = "xlnet_jax.training.train xlnet_jax.training.evaluate xlnet_jax.finetune.train"
     heavy = ("gcsfs", "aiohttp", "requests", "tensorflow_datasets")
     code = (
         "import importlib, sys\n"
@@ -241,3 +241,25 @@ def test_the_supervising_parent_of_a_job_process_imports_no_jax(tmp_path):
         capture_output=True, text=True, check=True, cwd=tmp_path,
     ).stdout.split("\n")  # fmt: skip
     assert loaded[:2] == ["[]", "[]"], loaded
+
+
+def test_one_step_loop_serves_pretraining_and_fine_tuning():
+    """Every guarantee of a run lives once, in training/loop.py: the workdir's lock and
+    fence, the checkpoint saves, the non-finite monitor and the progress line are made
+    nowhere else in the package, and both programs hand the loop a program (loop.run)."""
+    owned = ("prepare_workdir(", "Fence.around(", "checkpointer.save(", "NonFiniteMonitor(",
+             "ProgressLine(", "jax.transfer_guard(")  # fmt: skip
+    found = {
+        name: sorted(
+            str(path.relative_to(PACKAGE))
+            for path in PACKAGE.rglob("*.py")
+            if any(
+                name in line and not line.lstrip().startswith("def ")
+                for line in path.read_text().splitlines()
+            )
+        )
+        for name in owned
+    }
+    assert found == {name: ["training/loop.py"] for name in owned}
+    for program in ("training/train.py", "finetune/train.py"):
+        assert "loop.run(" in (PACKAGE / program).read_text(), program

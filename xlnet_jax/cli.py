@@ -221,6 +221,8 @@ def _eval_main(fv: flags.FlagValues, args: list[str]) -> int:
         f"{result['train_unigram_cross_entropy']:.4f} nats; their own unigram entropy is "
         f"{result['validation_unigram_entropy']:.4f} nats."
     )
+    for line in evaluate.corpus_table(result):  # a mixture: each corpus's held-out loss
+        print(line)
     return 0
 
 
@@ -387,12 +389,12 @@ def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:
             "--seeds N runs on, side by side (N > 1, D >= 1); drop it for one seed"
         )
     _setup_jax(fv)
-    from xlnet_jax.finetune import loop, outputs, prepare, seeds
+    from xlnet_jax.finetune import outputs, prepare, seeds, train
 
     inputs = prepare.read_inputs(config, task_name, data_dir, init_from)
     with _exit_codes_of_a_stop():
         if fv.seeds == 1:
-            record = loop.finetune(inputs, workdir, random_weights=fv.random_weights)
+            record = train.finetune(inputs, workdir, random_weights=fv.random_weights)
         else:
             record = seeds.finetune_seeds(
                 inputs, workdir, fv.seeds, random_weights=fv.random_weights,

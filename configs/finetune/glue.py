@@ -26,6 +26,7 @@ def get_config():
     c.weight_decay = 0.01
     c.adam_eps = 1e-6
     c.lr_layer_decay_rate = 1.0
+    c.clip_replicas = 8  # UNSURE: the paper's GLUE runs on a v3-8 (8 cores), not checked
     c.dtype = "float32"  # as the original's run_classifier (use_bfloat16 False)
     c.log_every = 100
     c.eval_every = 1_000

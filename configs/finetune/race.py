@@ -22,6 +22,7 @@ def get_config():
     c.seq_len = 512
     c.max_qa_length = 128
     c.batch_size = 32
+    c.clip_replicas = 32  # tpu_race_large_bsz32.sh: 32 cores, each row its own clip
     c.num_train_steps = 12_000
     c.warmup_steps = 1_000
     c.learning_rate = 2e-5

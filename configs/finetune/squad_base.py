@@ -10,7 +10,7 @@ Unsure: the script's comment reads "3 GPUs, each with 8 seqlen-512 samples", so 
 it meant may be 24 in all rather than 8; the paper publishes only Large's setting (batch 48,
 lr 3e-5, 8000 steps: configs/finetune/squad_large.py). The model's fields are the released
 XLNet-Base's (xlnet_cased_L-12_H-768_A-12), for `compile`; fine-tuning takes them from
---init_from. bfloat16 and rematerialisation as squad_large.py.
+--init_from. float32 as the original; rematerialisation as squad_large.py.
 """
 
 from xlnet_jax.finetune.config import finetune_config
@@ -29,8 +29,9 @@ def get_config():
     c.weight_decay = 0.0
     c.adam_eps = 1e-6
     c.clip_norm = 1.0
+    c.clip_replicas = 1  # gpu_squad_base.sh: one GPU, no CrossShardOptimizer: one clip
     c.min_lr_ratio = 0.0
-    c.dtype = "bfloat16"
+    c.dtype = "float32"  # the original's (use_bfloat16 False); Base fits a GPU in it
     c.remat = True
     c.checkpoint_every = 1000
     # XLNet-Base's shape

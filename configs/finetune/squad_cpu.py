@@ -19,6 +19,7 @@ def get_config():
     c.max_query_length = 24
     c.max_answer_length = 16
     c.batch_size = 32
+    c.clip_replicas = 8  # the SQuAD scripts' core count (squad_large.py), on any machine
     c.num_train_steps = 600
     c.warmup_steps = 30
     c.learning_rate = 1e-4

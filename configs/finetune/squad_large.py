@@ -30,6 +30,7 @@ def get_config():
     c.weight_decay = 0.0
     c.adam_eps = 1e-6
     c.clip_norm = 1.0
+    c.clip_replicas = 8  # tpu_squad_large.sh: a v3-8, the clip per core under CrossShardOptimizer
     c.min_lr_ratio = 0.0
     c.dtype = "bfloat16"
     c.remat = True

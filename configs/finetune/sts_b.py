@@ -6,8 +6,8 @@ xlnet-jax finetune --config configs/finetune/sts_b.py --task_name sts-b \
 Source: zihangdai/xlnet README, "STS-B: sentence pair relevance regression (with GPUs)":
 run_classifier --max_seq_length=128 --train_batch_size=8 on 4 GPUs (a global batch of
 32) --learning_rate=5e-5 --train_steps=1200 --warmup_steps=120 --is_regression=True; the
-other flags at run_classifier's defaults (weight decay 0, Adam epsilon 1e-8 there is
-UNSURE: we keep the paper's 1e-6).
+other flags at run_classifier's defaults (weight decay 0, Adam epsilon 1e-8). The clip per
+GPU tower (clip_replicas 4) is UNSURE: read from the flags, not from a run.
 """
 
 from xlnet_jax.finetune.config import finetune_config
@@ -21,6 +21,8 @@ def get_config():
     c.warmup_steps = 120
     c.learning_rate = 5e-5
     c.weight_decay = 0.0
+    c.adam_eps = 1e-8  # run_classifier's adam_epsilon default, which the README command keeps
+    c.clip_replicas = 4  # UNSURE: 4 GPU towers (num_core_per_host 4), each clipping its own
     c.log_every = 50
     c.eval_every = 600
     c.checkpoint_every = 600

@@ -42,8 +42,9 @@ def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) ->
         return _export_finetuned(source, out, config, model_config, params, step, dropout)
     hf.save_hf(out, model_config, params, dropout)
     note = "no tokenizer copied: the run's corpus_dir is not here"
-    if (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
-        manifest = load_manifest(config.corpus_dir)
+    first = config.corpus_dir.split(",")[0].strip()  # a mixture's corpora share one tokenizer
+    if first and (paths.as_path(first) / "manifest.json").is_file():
+        manifest = load_manifest(first)
         tokenizer = paths.as_path(manifest.tokenizer_path)
         tokenizer.copy(paths.as_path(out) / hf.TOKENIZER_FILE, overwrite=True)
         settings = hf_tokenizer.write_tokenizer_files(

@@ -101,8 +101,9 @@ FIELDS = (
         STR,
         "gelu",
         "model",
-        'Feed-forward activation: "gelu" or "relu".',
-        one_of("gelu", "relu"),
+        'Feed-forward activation: "gelu" (exact, erf: HF\'s), "gelu_new" (the original\'s tanh '
+        'approximation, HF\'s name for it) or "relu".',
+        one_of("gelu", "gelu_new", "relu"),
         tags=ARCH,
     ),
     Field(
@@ -259,7 +260,25 @@ FIELDS = (
         STR,
         "",
         "data",
-        "Output of `xlnet-jax prepare`; empty means WORKDIR/corpus (built-in).",
+        "Output of `xlnet-jax prepare`; empty means WORKDIR/corpus (built-in). Several, "
+        "comma-separated (DIR1,DIR2), pretrain on their mixture (one tokenizer).",
+    ),
+    Field(
+        "corpus_weights",
+        STR,
+        "",
+        "data",
+        "A mixture's relative weights, one per corpus_dir entry (3,1): each corpus's share of "
+        "every step's streams; empty: by corpus_alpha, else by the corpora's token counts.",
+    ),
+    Field(
+        "corpus_alpha",
+        NUMBER,
+        0.0,
+        "data",
+        "A mixture's temperature in [0, 1]: shares proportional to each train split's tokens "
+        "** alpha (0.3 in XLM-R and mT5; 1 is by token counts); 0: not used.",
+        UNIT,
     ),
     Field(
         "data_ranges",
@@ -337,6 +356,16 @@ FIELDS = (
     Field("adam_b1", NUMBER, 0.9, "optimiser", "Adam beta1.", FRACTION),
     Field("adam_b2", NUMBER, 0.999, "optimiser", "Adam beta2.", FRACTION),
     Field("adam_eps", NUMBER, 1e-06, "optimiser", "Adam epsilon.", POSITIVE),
+    Field(
+        "pretrain_adam_variant",
+        STR,
+        "adamw",
+        "optimiser",
+        'Pretraining\'s Adam: "adamw" (optax.adamw, bias-corrected, HF\'s) or "original" (the '
+        "original's: weight_decay > 0 is AdamWeightDecayOptimizer, no bias correction; 0 is "
+        "TF's AdamOptimizer). Fine-tuning takes adam_variant.",
+        one_of("adamw", "original"),
+    ),
     Field(
         "clip_norm",
         NUMBER,
@@ -472,6 +501,16 @@ FIELDS = (
         at_least(1),
     ),
     Field(
+        "race_rows",
+        STR,
+        "fresh",
+        "finetune",
+        'RACE: "fresh" (each option\'s row built anew) or "aliased" (the original\'s run_race '
+        "rows, where option k's segment A also holds options 0..k-1, zihangdai/xlnet#204: to "
+        "compare with the published figures; one segment).",
+        one_of("fresh", "aliased"),
+    ),
+    Field(
         "lr_layer_decay_rate",
         NUMBER,
         1.0,
@@ -507,6 +546,16 @@ FIELDS = (
         'Where clip_norm applies: "replica" (each data-parallel device\'s share of the batch, '
         'before the sum, as the original on TPU) or "global" (the whole batch\'s gradient).',
         one_of("replica", "global"),
+    ),
+    Field(
+        "clip_replicas",
+        INT,
+        0,
+        "finetune",
+        "clip_scope \"replica\": how many replicas' shares are clipped apart (the original's "
+        "core count: SQuAD 8, RACE 32), whatever the mesh; 0: the mesh's data-parallel "
+        "devices. Must divide each micro-batch's rows.",
+        at_least(0, " (0: the mesh's data-parallel devices)"),
     ),
     Field(
         "answer_class_start",
@@ -564,6 +613,18 @@ FIELDS = (
         "finetune",
         "SQuAD: answers kept per question in predictions/SPLIT_nbest.json.",
         at_least(1),
+    ),
+    Field(
+        "squad_postprocess",
+        STR,
+        "original",
+        "finetune",
+        'SQuAD answers and threshold: "original" (run_squad to the letter: the window\'s '
+        "last paragraph piece never ends an answer, the first n-best entry even if empty, the "
+        'threshold search may split a tie) or "consistent" (that piece counts, the best '
+        "non-empty text, a threshold that gives its score back).",
+        one_of("original", "consistent"),
+        saved_before="consistent",
     ),
     Field(
         "max_answer_length",

@@ -29,6 +29,14 @@ rows and rows follow processes in order, so with R a multiple of the process cou
 process reads R / P ranges and no other, and the batches do not depend on P. R = 1 is the
 whole split, as before ranges existed (same batches, bit for bit).
 
+Mixtures (data/mixture.py). With several corpora the n / R streams of each range block
+are shared out among them the same way in every block (mixture.apportion): the first c_0
+streams of a block are corpus 0's, the next c_1 corpus 1's, and so on; corpus i's streams,
+block after block, are its own R * c_i streams, laid out on its own rings exactly as above
+(its range k read by block k), seeded by (seed, split, corpus index). A row stays in its
+corpus for the run, so its memory is always its true left context, and each process reads
+R / P ranges of every corpus. One corpus is the layout above, bit for bit.
+
 bi_data. The global batch is split into num_data_shards contiguous groups; in each group
 the first half of the rows are forward streams and the second half the same streams
 reversed: read from the stream's end toward its start, so the memory is the true context
@@ -45,10 +53,11 @@ to word starts, and flips the result back.
 import dataclasses
 import logging
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
 
-from xlnet_jax.data import batch_schema, tokenizer
+from xlnet_jax.data import batch_schema, mixture, tokenizer
 from xlnet_jax.data.corpus import load_split, split_shards
 from xlnet_jax.data.manifest import load_manifest
 from xlnet_jax.errors import DataError
@@ -76,18 +85,25 @@ class _Range:
 
 
 class StreamBatcher:
-    """This process's rows of the batch of any step, for one split of a prepared corpus.
+    """This process's rows of the batch of any step, for one split of a prepared corpus, or
+    of a mixture of corpora (data/mixture.py: each corpus holds fixed streams).
 
     Attributes:
-      manifest: the corpus manifest.
+      manifest: the (first) corpus's manifest.
+      manifests: every corpus's manifest, in config.corpus_dir order.
+      names: each corpus's short name (mixture.corpus_names), for logs and metrics.
+      shares: float64 [corpora]: the share of the streams each corpus was given (p_i).
+      streams_per_corpus: int64 [corpora]: streams of each corpus in every batch (the rows
+        of each, halved with bi_data), fixed for the run.
+      row_corpus: int32 [global_batch]: the corpus of every global row.
       num_tokens: tokens of the rings this process reads (N, the split's, for one range).
-      ranges: how many ranges the split is read in (1, or data_ranges; see corpus.py).
+      ranges: how many ranges the (first) split is read in (1, or data_ranges; corpus.py).
       local_batch: rows this process produces (global_batch / process_count).
     """
 
     def __init__(
         self,
-        corpus_dir: str,
+        corpus_dir: str | Sequence[str],
         split: str,
         *,
         seq_len: int,
@@ -100,11 +116,15 @@ class StreamBatcher:
         data_ranges: int = 1,
         process_index: int = 0,
         process_count: int = 1,
+        corpus_weights: Sequence[float] | None = None,
+        corpus_alpha: float = 0.0,
+        names: Sequence[str] | None = None,
     ):
         """Loads the split (see corpus.load_split for memory) and places the streams.
 
         Args:
-          corpus_dir: a directory written by prepare_corpus.
+          corpus_dir: a directory written by prepare_corpus, or several (a list, or one
+            string of comma-separated directories): a mixture, one tokenizer.
           split: "train" or "validation".
           seq_len: tokens per row (L).
           reuse_len: tokens of the reuse block (R); the streams advance R per step.
@@ -117,6 +137,9 @@ class StreamBatcher:
             streams (see the module doc); the streams must divide by it.
           process_index, process_count: this process gets rows
             [process_index * b, (process_index + 1) * b), b = global_batch / process_count.
+          corpus_weights, corpus_alpha: a mixture's shares (mixture.shares), from the train
+            splits' token counts whichever split is read, so both splits place alike.
+          names: the corpora's names (default: mixture.corpus_names of the directories).
         """
         _check_shape(
             seq_len,
@@ -129,7 +152,14 @@ class StreamBatcher:
             process_index,
             process_count,
         )
-        self.manifest = load_manifest(corpus_dir)
+        dirs = mixture.corpus_dirs(corpus_dir) if isinstance(corpus_dir, str) else list(corpus_dir)
+        self.manifests = [load_manifest(d) for d in dirs]
+        self.manifest = self.manifests[0]
+        for other in self.manifests[1:]:
+            line = mixture.tokenizer_difference(self.manifest, other)
+            if line:
+                raise DataError(line)
+        self.names = list(names) if names else mixture.corpus_names(dirs)
         word_start, functional = tokenizer.piece_tables(
             tokenizer.load_processor(self.manifest.tokenizer_path), self.manifest.word_starts
         )
@@ -137,29 +167,72 @@ class StreamBatcher:
         self._seq_len, self._reuse_len = seq_len, reuse_len
         self._global_batch, self._next_prob = global_batch, next_sentence_prob
         self._salt = [seed, zlib.crc32(split.encode())]
+        self._split = split
         self.local_batch = global_batch // process_count
-        self.ranges = _ranges(self.manifest, split, data_ranges)
+
+        num_streams = global_batch // 2 if bi_data else global_batch
+        per_block = num_streams // data_ranges  # the streams of one range block
+        tokens = [m.splits.get("train", {}).get("tokens", 0) for m in self.manifests]
+        self.shares, counts = mixture.block_counts(
+            tokens,
+            corpus_weights,
+            corpus_alpha,
+            global_batch=global_batch,
+            bi_data=bi_data,
+            data_ranges=data_ranges,
+        )
+        self.streams_per_corpus = counts * data_ranges
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        everyone, _ = _row_streams(np.arange(global_batch), global_batch, bi_data, num_data_shards)
+        self.row_corpus = (np.searchsorted(offsets[1:], everyone % per_block, "right")).astype(
+            np.int32
+        )
 
         rows = np.arange(process_index * self.local_batch, (process_index + 1) * self.local_batch)
         stream, self._backward = _row_streams(rows, global_batch, bi_data, num_data_shards)
-        num_streams = global_batch // 2 if bi_data else global_batch
-        per_range = num_streams // self.ranges
-        range_of_row = stream // per_range
-        needed = np.unique(range_of_row)
-        _check_share(len(needed), self.ranges, num_streams, process_index, process_count)
+        block, within = np.divmod(stream, per_block)
+        corpus_of_row = self.row_corpus[rows]
         self._start = np.empty(len(rows), dtype=np.int64)
         self._parts = []
+        self.corpus_ranges = []
+        for i, manifest in enumerate(self.manifests):
+            ranges = _ranges(manifest, split, data_ranges)
+            self.corpus_ranges.append(ranges)
+            of_corpus = corpus_of_row == i
+            # The corpus's own stream index: its streams, block after block.
+            j = np.full(len(rows), -1, dtype=np.int64)
+            j[of_corpus] = block[of_corpus] * counts[i] + within[of_corpus] - offsets[i]
+            # One corpus keeps the seeding from before mixtures, so its batches are unchanged.
+            salt = self._salt if len(dirs) == 1 else [*self._salt, 0, len(dirs), i]
+            self._place(manifest, dirs[i], split, j, of_corpus, int(counts[i]) * data_ranges,
+                        ranges, num_streams, salt, process_index, process_count)  # fmt: skip
+        self.ranges = self.corpus_ranges[0]
+        self.num_tokens = sum(part.n for part in self._parts)
+        self._rows = rows
+
+    def _place(
+        self, manifest, corpus_dir, split, j, of_corpus, streams, ranges, num_streams, salt,
+        process_index, process_count,
+    ) -> None:  # fmt: skip
+        """Places this process's rows of one corpus (those in `of_corpus`, its stream j of
+        `streams`) on that corpus's rings, one per range, loading only the ranges read."""
+        if not of_corpus.any():
+            return
+        per_range = streams // ranges
+        range_of_row = np.where(of_corpus, j // per_range, -1)
+        needed = np.unique(range_of_row[of_corpus])
+        _check_share(len(needed), ranges, num_streams, process_index, process_count)
         for part in needed:
-            flat = load_split(self.manifest, split, int(part), self.ranges)
+            flat = load_split(manifest, split, int(part), ranges)
             n = len(flat.tokens)
-            _check_size(n, per_range, reuse_len, seq_len, corpus_dir, split, part, self.ranges)
+            _check_size(n, per_range, self._reuse_len, self._seq_len, corpus_dir, split, part,
+                        ranges)  # fmt: skip
             # One range keeps the seeding from before ranges, so its batches are unchanged.
-            salt = self._salt if self.ranges == 1 else [*self._salt, self.ranges, int(part)]
-            rng = np.random.default_rng(salt)
+            rng = np.random.default_rng(salt if ranges == 1 else [*salt, ranges, int(part)])
             stream_len = n // per_range
             mine = range_of_row == part
             rotation = rng.integers(n)
-            place = rng.permutation(per_range)[stream[mine] - part * per_range]
+            place = rng.permutation(per_range)[j[mine] - part * per_range]
             start = (rotation + place * stream_len) % n
             # Backward rows read the reversed ring (position q there is n - 1 - q here),
             # from the stream's last token on.
@@ -167,8 +240,39 @@ class StreamBatcher:
             self._start[mine] = np.where(backward, (n - start - stream_len) % n, start)
             starts = np.asarray(flat.sentence_starts)
             self._parts.append(_Range(flat.tokens, (starts, np.sort((n - starts) % n)), mine))
-        self.num_tokens = sum(part.n for part in self._parts)
-        self._rows = rows
+
+    def tokens_seen(self, steps_done: int) -> dict[str, int]:
+        """Corpus name -> new tokens all processes together have read of it in the first
+        `steps_done` steps: each stream reads reuse_len a step (bi_data's backward rows
+        reread their stream's text reversed, so they add none). A function of the layout
+        alone, the same on every process and after a resume."""
+        return {
+            name: int(streams) * self._reuse_len * int(steps_done)
+            for name, streams in zip(self.names, self.streams_per_corpus, strict=True)
+        }
+
+    def describe(self, num_steps: int, dirs: Sequence[str] | None = None) -> list[str]:
+        """One line per corpus for the start of a run: its weight (share asked), its share
+        of the rows, its tokens and the epochs `num_steps` steps read of it; `dirs` names
+        the corpora as the user did (default: their manifests' paths, staged copies')."""
+        total = int(self.streams_per_corpus.sum())
+        seen = self.tokens_seen(num_steps)
+        lines = []
+        for i, name in enumerate(self.names):
+            manifest = self.manifests[i]
+            n = manifest.splits.get(self._split, {}).get("tokens", 0)
+            streams = int(self.streams_per_corpus[i])
+            epochs = seen[name] / max(n, 1)
+            where = dirs[i] if dirs else manifest.path
+            line = (
+                f"corpus {name} ({where}): weight {self.shares[i]:.3f}, "
+                f"{streams} of {total} streams a step ({streams / total:.1%} of the rows), "
+                f"{n:,} {self._split} tokens, {epochs:.2f} epochs in {num_steps:,} steps"
+            )
+            if epochs > 1:
+                line += f"; a small corpus: {name} is read {epochs:.1f} times over"
+            lines.append(line + ".")
+        return lines
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's rows of step `step`'s batch.

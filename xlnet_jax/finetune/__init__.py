@@ -9,10 +9,12 @@
   config.py     the fine-tuning config's defaults and checks
   prepare.py    the source model, its tokenizer and every split, read before anything runs
   forward.py    a task's module over a text's segments through the recurrence memory
-  optim.py      AdamW with layer-wise learning-rate decay
+  optim.py      Adam (TF's or AdamWeightDecay) with layer-wise decay of the gradients
   program.py    state on the mesh and the jitted train and predict steps
   batches.py    training batches as a function of (seed, step); evaluation batches in order
-  loop.py       train, checkpoint, resume, evaluate, write results and predictions
+  train.py      fine-tuning as a program of the one loop (training/loop.py): its step,
+                evaluations and the final evaluation's results
+  predict.py    predictions and metrics of a split, and their files
   rerun.py      a rerun continues its workdir's run, or is refused in one line
   outputs.py    eval_results.json, predictions/, submissions, finetune.json
   seeds.py      --seeds N: each result and the median

@@ -31,20 +31,6 @@ def example_batch(task, config: ml_collections.ConfigDict) -> dict[str, np.ndarr
     return batch
 
 
-def _model_flops(config: ml_collections.ConfigDict, rows_per_feature: int) -> float:
-    """Analytic FLOPs of one step (3x forward) of the content stream over every segment:
-    pretraining's count (model/flops.py) with no targets and no LM head; the relative
-    encodings once per model call (each segment of each micro-batch)."""
-    rows = config.batch_size * rows_per_feature * config.num_segments
-    memory = config.mem_len if config.num_segments > 1 else 0
-    calls = config.grad_accum_steps * config.num_segments
-    view = ml_collections.ConfigDict(
-        {**config.to_dict(), "num_predict": 0, "mem_len": memory, "bi_data": False,
-         "batch_size": rows, "grad_accum_steps": calls}
-    )  # fmt: skip
-    return flops.train_flops_per_step(view)
-
-
 def compile_step(
     config: ml_collections.ConfigDict, target, task_name: str, devices_per_seed: int = 0
 ):
@@ -67,7 +53,7 @@ def compile_step(
     mesh = sharding.make_mesh(config, devices)
     labels = ["label"] * 2  # the head's width does not move the memory
     program = build(config, task, labels, mesh, example)
-    model_flops = _model_flops(config, rows_per_feature) / len(devices)
+    model_flops = flops.finetune_flops_per_step(config, rows_per_feature) / len(devices)
     micro_rows = config.batch_size // config.grad_accum_steps // (data * fsdp)
     shape = dict(target=target, rows=micro_rows, seq_len=config.seq_len)
     try:

@@ -68,6 +68,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.seq_len < 4:
         raise ConfigError(f"config.seq_len: must hold A <sep> <sep> <cls>, got {config.seq_len}")
     validate_accumulation(config)
+    replicas = config.get("clip_replicas", 0)
+    rows = config.batch_size // max(config.grad_accum_steps, 1)
+    if config.clip_scope == "replica" and replicas > 0 and rows % replicas:
+        raise ConfigError(
+            f"config.clip_replicas: {replicas} does not divide a micro-batch's {rows} rows "
+            f"(batch_size {config.batch_size} / grad_accum_steps {config.grad_accum_steps}); "
+            "set a count that divides it, or 0 for the mesh's data-parallel devices"
+        )
     if config.num_segments == 1 and config.mem_len > 0:
         raise ConfigError(
             f"config.mem_len: {config.mem_len} with config.num_segments 1 does nothing (the "

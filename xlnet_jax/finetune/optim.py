@@ -19,14 +19,13 @@ when untied (then stacked [n_layer, ...]), so their factor is 1, as the embeddin
 the head's.
 """
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
 from xlnet_jax.training import optim
+from xlnet_jax.training.optim import AdamState, original_adam  # noqa: F401 (re-exported)
 
 GLOBAL_IN_ORIGINAL = ("rel_biases", "seg_embed")  # stacked here, global in the original
 
@@ -56,42 +55,14 @@ def scale_by_layer(n_layer: int, rate: float) -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-class AdamState(NamedTuple):
-    count: jax.Array
-    mu: optax.Updates
-    nu: optax.Updates
-
-
-def original_adam(
-    schedule: optax.Schedule, b1: float, b2: float, eps: float, weight_decay: float
-) -> optax.GradientTransformation:
-    """The original's Adam (see the module docstring): TF's AdamOptimizer when weight_decay
-    is 0, its AdamWeightDecayOptimizer (decay on optim.weight_decay_mask) otherwise."""
-
-    def init(params):
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return AdamState(jnp.zeros((), jnp.int32), zeros, jax.tree.map(jnp.zeros_like, params))
-
-    def update(grads, state, params=None):
-        lr = schedule(state.count)
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
-        if weight_decay == 0:
-            t = (state.count + 1).astype(jnp.float32)
-            step = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
-            updates = jax.tree.map(lambda m, v: -step * m / (jnp.sqrt(v) + eps), mu, nu)
-        else:
-            mask = optim.weight_decay_mask(params)
-            updates = jax.tree.map(
-                lambda m, v, p, d: -lr * (m / (jnp.sqrt(v) + eps) + weight_decay * d * p),
-                mu,
-                nu,
-                params,
-                mask,
-            )
-        return updates, AdamState(state.count + 1, mu, nu)
-
-    return optax.GradientTransformation(init, update)
+def clip_replicas(config: ml_collections.ConfigDict, data_devices: int) -> int | None:
+    """How many shares the train step clips apart: None for clip_scope "global" (tx clips
+    the batch's gradient), else config.clip_replicas, or the mesh's `data_devices` when
+    that is 0. A count of its own, apart from the mesh, makes the update the original's
+    TPU update on any machine (CrossShardOptimizer over that many cores)."""
+    if config.clip_scope != "replica":
+        return None
+    return config.get("clip_replicas", 0) or data_devices
 
 
 def make_optimizer(config: ml_collections.ConfigDict, n_layer: int) -> optax.GradientTransformation:

@@ -24,9 +24,10 @@ from xlnet_jax.config import ModelConfig
 from xlnet_jax.finetune import optim
 from xlnet_jax.finetune.forward import apply_segments
 from xlnet_jax.finetune.task import INPUT_KEYS, Task
-from xlnet_jax.training import accumulate, sharding
+from xlnet_jax.training import accumulate, sharding, steps
 from xlnet_jax.training.optim import learning_rate_schedule
 from xlnet_jax.training.placement import place_state
+from xlnet_jax.training.program import compile_checked
 
 
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
@@ -111,8 +112,14 @@ def replica_gradients(
     micro_key). loss_fn(params, rows, key, total_weight) -> (loss, aux) is the rows'
     weighted loss sum over total_weight, here their share's weight. The returned loss is the
     batch's weighted mean. `sharding` (the batch's) places share r, and its gradient, on
-    replica r's device.
+    replica r's device when the shares spread evenly over the data devices; otherwise (a
+    replica count apart from the mesh, config.clip_replicas) the shares are left to XLA and
+    each share's rows follow the model's batch axis where they divide over the devices.
     """
+    devices = 1 if sharding is None else sharding.mesh.shape["data"] * sharding.mesh.shape["fsdp"]
+    share_rows = batch["weight"].shape[0] // (replicas * micro_batches)
+    if replicas % devices:
+        sharding = None
 
     def place(tree):
         if sharding is None:
@@ -129,6 +136,8 @@ def replica_gradients(
     rules = [
         (name, None if name == "batch" else axes) for name, axes in nn.get_logical_axis_rules()
     ]
+    if sharding is None and devices > 1 and share_rows % devices == 0:
+        rules = list(nn.get_logical_axis_rules())  # each share's rows over every device
 
     def micro(index, rows):
         k = micro_key(key, index, micro_batches)
@@ -173,13 +182,15 @@ def train_step(
     micro_batches: int = 1,
     mem_gradient: bool = False,
 ):
-    """One optimiser step on the batch's mean loss; a non-finite loss or gradient skips it.
+    """One optimiser step on the batch's mean loss; a non-finite loss, gradient or update
+    skips it, reported in the `nonfinite` metric as pretraining's (steps.guard_update).
 
     The gradient is summed over `micro_batches` micro-batches (config.grad_accum_steps),
     each with its own dropout key; the loss and gradient norm are the whole batch's.
     replicas None: tx clips the batch's gradient (clip_scope "global"); else the gradient is
-    clipped per replica share as the original's TPU step (replica_gradients, with the
-    batch's sharding). mem_gradient: as forward.apply_segments.
+    clipped per replica share as the original's TPU step over `replicas` cores
+    (replica_gradients, with the batch's sharding; optim.clip_replicas gives the count,
+    which need not be the mesh's). mem_gradient: as forward.apply_segments.
     """
     dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
@@ -199,20 +210,20 @@ def train_step(
         )  # fmt: skip
         grad_norm = optax.tree.norm(raw)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
-    new_state = state.replace(
-        step=state.step + 1,
-        params=keep(params, state.params),
-        opt_state=keep(opt_state, state.opt_state),
-        skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
+    nonfinite = steps.nonfinite_code(loss, grad_norm, optax.tree.norm(updates))
+    new_state = steps.guard_update(
+        state,
+        nonfinite,
+        params=optax.apply_updates(state.params, updates),
+        opt_state=opt_state,
+        mems=state.mems,  # a placeholder: no memory between fine-tuning steps
     )
     metrics = {
         "loss": loss,
         "grad_norm": grad_norm,
         "learning_rate": schedule(state.step),
-        "finite": finite.astype(jnp.float32),
+        "nonfinite": nonfinite,
+        "skipped_steps": new_state.skipped_steps,
     }
     return new_state, metrics
 
@@ -236,6 +247,7 @@ class FinetuneProgram:
       put_batch: host arrays of the whole batch -> global arrays with rows over the data axes.
       host_rows, put_rows: the rows of a batch this process holds, and those rows alone ->
         the global arrays (every process gives its own; the multi-host loop).
+      example: one feature of the task's batch (its shapes, for AOT compiles).
     """
 
     config: ml_collections.ConfigDict
@@ -249,6 +261,31 @@ class FinetuneProgram:
     train_step: Callable
     predict_step: Callable
     batch_sharding: NamedSharding
+    example: dict
+
+    def compile_train_step(self):
+        """The train step compiled for the state and batch layout (AOT) through
+        pretraining's compile_checked: the kernel's compile fallback and its agreement
+        check on the device hold for fine-tuning too."""
+        return compile_checked(self, self._compile_train_step, self._use_xla_attention)
+
+    def _compile_train_step(self):
+        rows = self.config.batch_size
+        batch = {
+            k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self.batch_sharding)
+            for k, v in self.example.items()
+        }
+        with self.activate():
+            return self.train_step.lower(self.abstract_state, batch).compile()
+
+    def _use_xla_attention(self) -> None:
+        """This program's config, module and steps replaced by those of attention_impl
+        "xla" (the same params, state layout and batch)."""
+        config = self.config.copy_and_resolve_references()
+        config.attention_impl = "xla"
+        xla = build(config, self.task, self.labels, self.mesh, self.example)
+        self.config, self.module = xla.config, xla.module
+        self.train_step, self.predict_step = xla.train_step, xla.predict_step
 
     def put_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         return {k: jax.device_put(v, self.batch_sharding) for k, v in batch.items()}
@@ -296,7 +333,7 @@ def build(
     model = model_config(config)
     module = task.module(model, labels)
     tx = optim.make_optimizer(config, model.n_layer)
-    replicas = mesh.shape["data"] * mesh.shape["fsdp"] if config.clip_scope == "replica" else None
+    replicas = optim.clip_replicas(config, mesh.shape["data"] * mesh.shape["fsdp"])
     schedule = learning_rate_schedule(config)
     rows = example["input_ids"][:1, 0]  # [1, *rows, L]: one feature's first segment
     flat = rows.reshape(-1, rows.shape[-1])[:1]
@@ -346,5 +383,6 @@ def build(
         out_shardings=(replicated, replicated, replicated),
     )
     return FinetuneProgram(
-        config, task, labels, module, mesh, tx, init, abstract, step, predict, batch_sharding
-    )
+        config, task, labels, module, mesh, tx, init, abstract, step, predict, batch_sharding,
+        example,
+    )  # fmt: skip

@@ -26,8 +26,8 @@ import jax
 from xlnet_jax import paths
 from xlnet_jax.errors import UsageError
 from xlnet_jax.finetune import outputs
-from xlnet_jax.finetune.loop import finetune
 from xlnet_jax.finetune.prepare import Inputs
+from xlnet_jax.finetune.train import finetune
 from xlnet_jax.run.validate import validate_batch_layout
 from xlnet_jax.training import sharding
 from xlnet_jax.training.preemption import Preemption, SavedAndInterrupted, StoppedBeforeEnd

@@ -2,8 +2,8 @@
 
 A task reads its files (`read`), turns examples into fixed-shape rows (`featurize`), names
 the network that scores them (`module`), its loss, and how outputs become predictions,
-official metrics and submission files. The loop (finetune/loop.py) knows nothing else about
-a task; a new task (SQuAD, a new GLUE-like set) is one subclass plus one line in
+official metrics and submission files. The fine-tuning program (finetune/train.py) knows
+nothing else about a task; a new task (SQuAD, a new GLUE-like set) is one subclass plus one line in
 finetune/registry.py.
 
 Shapes. Features are numpy arrays with a leading feature axis N (one feature per example,

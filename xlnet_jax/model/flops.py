@@ -36,3 +36,17 @@ def forward_flops_per_row(c: ml_collections.ConfigDict) -> float:
 def train_flops_per_step(c: ml_collections.ConfigDict) -> float:
     """Model FLOPs of one optimiser step over the global batch (3x forward)."""
     return 3.0 * forward_flops_per_row(c) * c.batch_size
+
+
+def finetune_flops_per_step(config: ml_collections.ConfigDict, rows_per_feature: int) -> float:
+    """Analytic FLOPs of one step (3x forward) of the content stream over every segment:
+    pretraining's count (model/flops.py) with no targets and no LM head; the relative
+    encodings once per model call (each segment of each micro-batch)."""
+    rows = config.batch_size * rows_per_feature * config.num_segments
+    memory = config.mem_len if config.num_segments > 1 else 0
+    calls = config.grad_accum_steps * config.num_segments
+    view = ml_collections.ConfigDict(
+        {**config.to_dict(), "num_predict": 0, "mem_len": memory, "bi_data": False,
+         "batch_size": rows, "grad_accum_steps": calls}
+    )  # fmt: skip
+    return train_flops_per_step(view)

@@ -22,7 +22,13 @@ from xlnet_jax.model.kernels import masks
 from xlnet_jax.model.kernels.mesh import NO_BF16_MATMUL, target_device
 from xlnet_jax.model.position import default_backward_rows, relative_positional_encoding
 
-ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "relu": jax.nn.relu}
+# "gelu": the exact (erf) GELU, HF's "gelu"; "gelu_new": the original's modeling.gelu, the tanh
+# approximation (HF's name for it, so export-hf and import-hf carry it unchanged).
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+}
 
 
 def validate_model_config(cfg: ModelConfig) -> None:

@@ -62,8 +62,10 @@ def load_source(path: str) -> Source:
         if (root / hf.FINETUNE_FILE).is_file():
             return _finetuned_source(path, config, params, step)
         tokenizer = normalization = None
-        if config.corpus_dir and (paths.as_path(config.corpus_dir) / "manifest.json").is_file():
-            corpus = load_manifest(config.corpus_dir)
+        # a mixture's corpora share one tokenizer: the first one's
+        first = config.corpus_dir.split(",")[0].strip()
+        if first and (paths.as_path(first) / "manifest.json").is_file():
+            corpus = load_manifest(first)
             tokenizer, normalization = corpus.tokenizer_path, _settings(corpus)
         model = ModelConfig.from_config(config)
         return Source(path, "workdir", model, params, tokenizer, normalization, step)

@@ -10,6 +10,8 @@ Beside the loss come two context-free baselines, named for what they are
 (unigram_baselines).
 """
 
+import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -21,10 +23,11 @@ import numpy as np
 from xlnet_jax.checkpoint.checkpointer import Checkpointer
 from xlnet_jax.data.corpus import cross_entropy, unigram_counts
 from xlnet_jax.data.manifest import Manifest, load_manifest, manifest_fingerprint
+from xlnet_jax.data.mixture import corpus_dirs
 from xlnet_jax.errors import CheckpointError, DataError
 from xlnet_jax.run.init_from import place_params
 from xlnet_jax.run.preflight import check_run, check_run_from
-from xlnet_jax.training import run_config, sharding
+from xlnet_jax.training import run_config, sharding, steps
 from xlnet_jax.training.metrics import MetricsWriter, read_metrics
 from xlnet_jax.training.program import Program, build_program
 
@@ -42,15 +45,30 @@ def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
     batcher = program.batcher(corpus_dir, "validation")
     zero_mems = program.zero_mems()
     base_key = jax.random.PRNGKey(config.seed + 1)
+    step = program.eval_step
+    corpora = len(batcher.names)
+    if corpora > 1:  # a mixture: the same forward, its terms summed per corpus
+        step = jax.jit(
+            functools.partial(
+                steps.eval_step_by_corpus, model=program.model, config=config, corpora=corpora
+            ),
+            out_shardings=(program.state_shardings.mems, sharding.replicated(program.mesh)),
+        )
+        # the same on every process (a function of the layout): replicated
+        rows = jax.device_put(batcher.row_corpus, sharding.replicated(program.mesh))
+        step = functools.partial(step, row_corpus=rows)
 
     def evaluate(params) -> dict:
         mems, totals = zero_mems, []
         for index in range(config.eval_steps):
             key = jax.random.fold_in(base_key, index)
             batch = program.put_batch(batcher.batch(index))
-            mems, terms = program.eval_step(params, mems, batch, key)
+            mems, terms = step(params, mems, batch, key)
             totals.append(terms)
-        per_batch = np.asarray(jax.device_get(totals), dtype=np.float64)  # [steps, 3]
+        # [steps, 3], or [steps, corpora, 3] for a mixture
+        per_batch = np.asarray(jax.device_get(totals), dtype=np.float64)
+        by_corpus = per_batch if corpora > 1 else per_batch[:, None, :]
+        per_batch = by_corpus.sum(axis=1)
         nll, count, correct = per_batch.sum(axis=0)
         rows = config.eval_steps * config.batch_size
         streams = config.batch_size // 2 if config.bi_data else config.batch_size
@@ -65,9 +83,39 @@ def make_evaluator(program: Program, corpus_dir: str) -> Callable[[Any], dict]:
         if config.eval_steps > 1:  # the spread of the batch means, over sqrt(batches)
             losses = per_batch[:, 0] / np.maximum(per_batch[:, 1], 1.0)
             result["loss_stderr"] = float(np.std(losses, ddof=1) / np.sqrt(len(losses)))
+        if corpora > 1:
+            result.update(per_corpus(batcher.names, by_corpus.sum(axis=0)))
         return result
 
     return evaluate
+
+
+def per_corpus(names: list[str], totals: np.ndarray) -> dict:
+    """`corpus/NAME/loss`, `.../accuracy` and `.../targets` of each corpus of a mixture,
+    from its summed [nll, count, correct] (totals: [corpora, 3])."""
+    result = {}
+    for name, (nll, count, correct) in zip(names, totals, strict=True):
+        result[f"corpus/{name}/loss"] = float(nll) / max(float(count), 1.0)
+        result[f"corpus/{name}/accuracy"] = float(correct) / max(float(count), 1.0)
+        result[f"corpus/{name}/targets"] = int(count)
+    return result
+
+
+def corpus_table(result: dict) -> list[str]:
+    """The per-corpus lines of an eval result (none for one corpus), for `xlnet-jax eval`."""
+    names = [
+        key.split("/")[1] for key in result if key.startswith("corpus/") and key.endswith("/loss")
+    ]
+    if not names:
+        return []
+    width = max(len(name) for name in names + ["corpus"])
+    lines = [f"{'corpus':<{width}}  held-out loss  accuracy  targets"]
+    for name in names:
+        lines.append(
+            f"{name:<{width}}  {result[f'corpus/{name}/loss']:13.4f}  "
+            f"{result[f'corpus/{name}/accuracy']:8.4f}  {result[f'corpus/{name}/targets']:,}"
+        )
+    return lines
 
 
 def unigram_baselines(manifest: Manifest, vocab_size: int) -> dict:
@@ -82,8 +130,10 @@ def unigram_baselines(manifest: Manifest, vocab_size: int) -> dict:
         context-free predictor can score on them; the gap between the two is what the
         train split's frequencies miss on this text.
     """
-    train = unigram_counts(manifest, "train", vocab_size)
-    held = unigram_counts(manifest, "validation", vocab_size)
+    # a mixture (its manifest's path names every corpus): the corpora's counts summed
+    corpora = [dataclasses.replace(manifest, path=p) for p in corpus_dirs(manifest.path)]
+    train = sum(unigram_counts(m, "train", vocab_size) for m in corpora)
+    held = sum(unigram_counts(m, "validation", vocab_size) for m in corpora)
     seen = held > 0
     probs = held[seen] / held.sum()
     train_probs = (train[seen] + 1.0) / (train.sum() + vocab_size)
@@ -183,8 +233,8 @@ def _evaluate(
     result["recorded"] = True  # now or by training
     if not recorded:
         writer = MetricsWriter(workdir, enabled=jax.process_index() == 0, holds_workdir=False)
-        writer.write(
-            result["step"], {"loss": result["loss"], "accuracy": result["accuracy"]}, kind="eval"
-        )
+        scores = {k: v for k, v in result.items() if k.startswith("corpus/")}
+        scores.update(loss=result["loss"], accuracy=result["accuracy"])
+        writer.write(result["step"], scores, kind="eval")
         writer.close()
     return result

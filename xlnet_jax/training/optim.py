@@ -4,11 +4,15 @@ Weight decay follows the original (zihangdai/xlnet model_utils.AdamWeightDecayOp
 which pretraining and fine-tuning both get from get_train_op): every parameter except
 LayerNorm's and those named a bias, but the relative attention biases r_w/r_r/r_s_bias are
 decayed (its include_in_weight_decay names them before the exclusions apply). Embeddings,
-mask_emb and seg_embed decay. The Adam itself is optax's (bias-corrected); the original's
-is bias-corrected only when weight_decay is 0 (fine-tuning follows it: finetune/optim.py).
+mask_emb and seg_embed decay. The Adam itself is optax's (bias-corrected) by default; the
+original's is bias-corrected only when weight_decay is 0 (original_adam: fine-tuning's
+default, pretraining's option pretrain_adam_variant "original").
 """
 
+from typing import NamedTuple
+
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
@@ -53,8 +57,57 @@ def adamw(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
     )
 
 
+class AdamState(NamedTuple):
+    count: jax.Array
+    mu: optax.Updates
+    nu: optax.Updates
+
+
+def original_adam(
+    schedule: optax.Schedule, b1: float, b2: float, eps: float, weight_decay: float
+) -> optax.GradientTransformation:
+    """The original's Adam (zihangdai/xlnet model_utils.get_train_op): weight_decay 0: TF's
+    AdamOptimizer (bias-corrected, epsilon added to sqrt(v) before the correction,
+    lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)); weight_decay > 0: its
+    AdamWeightDecayOptimizer, no bias correction, lr * (m / (sqrt(v) + eps) + wd * param)
+    with the decay on weight_decay_mask. Fine-tuning's default; pretraining's option
+    (pretrain_adam_variant "original")."""
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return AdamState(jnp.zeros((), jnp.int32), zeros, jax.tree.map(jnp.zeros_like, params))
+
+    def update(grads, state, params=None):
+        lr = schedule(state.count)
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
+        if weight_decay == 0:
+            t = (state.count + 1).astype(jnp.float32)
+            step = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+            updates = jax.tree.map(lambda m, v: -step * m / (jnp.sqrt(v) + eps), mu, nu)
+        else:
+            mask = weight_decay_mask(params)
+            updates = jax.tree.map(
+                lambda m, v, p, d: -lr * (m / (jnp.sqrt(v) + eps) + weight_decay * d * p),
+                mu,
+                nu,
+                params,
+                mask,
+            )
+        return updates, AdamState(state.count + 1, mu, nu)
+
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """Pretraining's: global-norm clip, then AdamW on the warmup/decay schedule."""
+    """Pretraining's: global-norm clip, then AdamW on the warmup/decay schedule
+    (pretrain_adam_variant "adamw", the default) or the original's Adam ("original":
+    original_adam, at weight_decay > 0 AdamWeightDecayOptimizer without bias correction)."""
+    if config.get("pretrain_adam_variant", "adamw") == "original":
+        b1, b2, eps = config.adam_b1, config.adam_b2, config.adam_eps
+        adam = original_adam(learning_rate_schedule(config), b1, b2, eps, config.weight_decay)
+    else:
+        adam = adamw(config)
     if config.clip_norm <= 0:
-        return adamw(config)
-    return optax.chain(optax.clip_by_global_norm(config.clip_norm), adamw(config))
+        return adam
+    return optax.chain(optax.clip_by_global_norm(config.clip_norm), adam)

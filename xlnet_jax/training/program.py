@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.config import ModelConfig, data_ranges
+from xlnet_jax.data import mixture
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.model.xlnet import XLNetLM
@@ -42,14 +43,73 @@ def _first_line(error: Exception) -> str:
     return next((line for line in lines if _KERNEL_FAILURE.search(line)), lines[0])[:300]
 
 
+def compile_checked(program, compile_step: Callable, use_xla: Callable[[], None]):
+    """`compile_step()`, trusted only once the attention kernel is proven on this device:
+    pretraining's and fine-tuning's programs compile their train steps through here.
+
+    `program` has the run's `config` and `mesh`; `use_xla()` moves it (config, model and
+    steps) to the XLA attention path. A failure to compile the kernel for this device is,
+    with attention_impl "pallas", a ConfigError naming attention_impl, not a compiler
+    traceback; with "auto", one warning line, and the step compiled on the XLA path
+    instead. A kernel that compiles then proves itself on the device
+    (training/kernel_check.py: GPUs and TPUs) before it is trusted: a disagreement with the
+    XLA path is handled the same way.
+    """
+    compiled = _compile_or_fall_back(program, compile_step, use_xla)
+    disagreement = kernel_check.failure(program.config, program.mesh)
+    if disagreement is None:
+        return compiled
+    chip = program.mesh.devices.flat[0].device_kind
+    if program.config.attention_impl == "pallas":
+        raise ConfigError(
+            "config.attention_impl='pallas': the attention kernel disagrees with the XLA "
+            f"path on {chip}: {disagreement}; set --config.attention_impl=xla, and please "
+            "report the config and chip."
+        )
+    log.warning(
+        "attention_impl='auto': the attention kernel disagrees with the XLA path on %s: "
+        "%s; training on the XLA attention path instead (--config.attention_impl=xla "
+        "skips the kernel; please report the config and chip).",
+        chip,
+        disagreement,
+    )
+    use_xla()
+    return compile_step()
+
+
+def _compile_or_fall_back(program, compile_step: Callable, use_xla: Callable[[], None]):
+    """The compiled train step; on a kernel compile failure, "pallas" stops and "auto"
+    moves to the XLA attention path (compile_checked's doc)."""
+    try:
+        return compile_step()
+    except Exception as e:  # noqa: BLE001 - Mosaic's, libtpu's and XLA's errors are not public
+        if program.config.attention_impl == "xla" or not _KERNEL_FAILURE.search(str(e)):
+            raise
+        failure = f"{program.mesh.devices.flat[0].device_kind} ({_first_line(e)})"
+        if program.config.attention_impl == "pallas":
+            raise ConfigError(
+                "config.attention_impl='pallas': the Pallas attention kernel does not "
+                f"compile for {failure}; set --config.attention_impl=xla, and please "
+                "report the config and chip."
+            ) from None
+    log.warning(
+        "attention_impl='auto': the attention kernel does not compile for %s; training "
+        "on the XLA attention path instead (--config.attention_impl=xla skips this try; "
+        "please report the config and chip).",
+        failure,
+    )
+    use_xla()
+    return compile_step()
+
+
 @dataclasses.dataclass
 class Program:
     """The model, its optimiser and the jitted steps, laid out over one mesh.
 
-    Frozen but for one change: `compile_train_step` moves an attention_impl="auto" program
-    whose kernel does not compile for the device, or disagrees with the XLA path on it, to
-    the XLA attention path (config, model and both steps), so that training and evaluation
-    go on without the kernel.
+    Frozen but for one change: `compile_train_step` (compile_checked) moves an
+    attention_impl="auto" program whose kernel does not compile for the device, or
+    disagrees with the XLA path on it, to the XLA attention path (config, model and both
+    steps), so that training and evaluation go on without the kernel.
 
     Attributes:
       config: the run's config.
@@ -83,58 +143,9 @@ class Program:
         return sharding.activate(self.mesh, self.config.logical_axis_rules)
 
     def compile_train_step(self):
-        """The train step lowered for the abstract state and batch, and compiled (AOT).
-
-        A failure to compile the attention kernel for this device is, with "pallas", a
-        ConfigError naming attention_impl, not a compiler traceback; with "auto", one
-        warning line, and the step compiled on the XLA attention path instead. A kernel that
-        compiles then proves itself on the device (training/kernel_check.py: GPUs and TPUs)
-        before it is trusted: a disagreement with the XLA path is handled the same way.
-        """
-        compiled = self._compile_or_fall_back()
-        disagreement = kernel_check.failure(self.config, self.mesh)
-        if disagreement is None:
-            return compiled
-        chip = self.mesh.devices.flat[0].device_kind
-        if self.config.attention_impl == "pallas":
-            raise ConfigError(
-                "config.attention_impl='pallas': the attention kernel disagrees with the XLA "
-                f"path on {chip}: {disagreement}; set --config.attention_impl=xla, and please "
-                "report the config and chip."
-            )
-        log.warning(
-            "attention_impl='auto': the attention kernel disagrees with the XLA path on %s: "
-            "%s; training on the XLA attention path instead (--config.attention_impl=xla "
-            "skips the kernel; please report the config and chip).",
-            chip,
-            disagreement,
-        )
-        self._use_xla_attention()
-        return self._compile_train_step()
-
-    def _compile_or_fall_back(self):
-        """The compiled train step; on a kernel compile failure, "pallas" stops and "auto"
-        moves to the XLA attention path (compile_train_step's doc)."""
-        try:
-            return self._compile_train_step()
-        except Exception as e:  # noqa: BLE001 - Mosaic's, libtpu's and XLA's errors are not public
-            if self.config.attention_impl == "xla" or not _KERNEL_FAILURE.search(str(e)):
-                raise
-            failure = f"{self.mesh.devices.flat[0].device_kind} ({_first_line(e)})"
-            if self.config.attention_impl == "pallas":
-                raise ConfigError(
-                    "config.attention_impl='pallas': the Pallas attention kernel does not "
-                    f"compile for {failure}; set --config.attention_impl=xla, and please "
-                    "report the config and chip."
-                ) from None
-        log.warning(
-            "attention_impl='auto': the attention kernel does not compile for %s; training "
-            "on the XLA attention path instead (--config.attention_impl=xla skips this try; "
-            "please report the config and chip).",
-            failure,
-        )
-        self._use_xla_attention()
-        return self._compile_train_step()
+        """The train step lowered for the abstract state and batch, and compiled (AOT),
+        with the kernel's compile fallback and agreement check (compile_checked)."""
+        return compile_checked(self, self._compile_train_step, self._use_xla_attention)
 
     def _compile_train_step(self):
         with self.activate():
@@ -160,10 +171,19 @@ class Program:
         return placement.to_global(local_batch, self.batch_shardings)
 
     def batcher(self, corpus_dir: str, split: str) -> StreamBatcher:
-        """The stream batcher of this process's rows of `split`, for this mesh's data shards."""
+        """The stream batcher of this process's rows of `split`, for this mesh's data shards.
+
+        `corpus_dir` is one corpus, or a mixture's (staged) corpora comma-separated, as
+        preflight.check_run_from names them; a mixture's shares come from
+        config.corpus_weights / corpus_alpha, its names from config.corpus_dir (the user's
+        spelling, not the staged copies'), and the train batcher logs one line per corpus.
+        """
         config = self.config
-        return StreamBatcher(
-            corpus_dir,
+        dirs = mixture.corpus_dirs(corpus_dir)
+        weights, alpha = mixture.weights_and_alpha(config) if len(dirs) > 1 else (None, 0.0)
+        named = mixture.corpus_dirs(config.corpus_dir) if config.corpus_dir else dirs
+        batcher = StreamBatcher(
+            dirs,
             split,
             seq_len=config.seq_len,
             reuse_len=config.reuse_len,
@@ -176,7 +196,15 @@ class Program:
             data_ranges=data_ranges(config, jax.process_count()),
             process_index=jax.process_index(),
             process_count=jax.process_count(),
+            corpus_weights=weights,
+            corpus_alpha=alpha,
+            names=mixture.corpus_names(named if len(named) == len(dirs) else dirs),
         )
+        if len(dirs) > 1 and split == "train" and jax.process_index() == 0:
+            shown = named if len(named) == len(dirs) else None
+            for line in batcher.describe(config.num_train_steps, shown):
+                log.info("Mixture: %s", line)
+        return batcher
 
 
 def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:

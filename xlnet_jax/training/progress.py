@@ -17,18 +17,22 @@ class ProgressLine:
         self._start = time.time()
 
     def update(self, step: int, metrics: dict, throughput: dict) -> None:
-        """Writes the line for `step`; the ETA assumes the last interval's step time."""
+        """Writes the line for `step`; the ETA assumes the last interval's step time. The
+        accuracy and MFU show where the metrics and throughput have them."""
         if not self.enabled:
             return
         remaining = (self.total_steps - step) * throughput["step_time"]
-        eta = datetime.timedelta(seconds=round(remaining))
-        self.stream.write(
-            f"{self.prefix}step {step}/{self.total_steps} | loss {float(metrics['loss']):.4f} | "
-            f"acc {float(metrics['accuracy']):.3f} | "
-            f"{throughput['tokens_per_sec']:,.0f} tok/s | "
-            f"{throughput['step_time'] * 1e3:.0f} ms/step | MFU {throughput['mfu']:.1%} | "
-            f"ETA {eta}\n"
-        )
+        parts = [f"step {step}/{self.total_steps}", f"loss {float(metrics['loss']):.4f}"]
+        if "accuracy" in metrics:
+            parts.append(f"acc {float(metrics['accuracy']):.3f}")
+        parts += [
+            f"{throughput['tokens_per_sec']:,.0f} tok/s",
+            f"{throughput['step_time'] * 1e3:.0f} ms/step",
+        ]
+        if "mfu" in throughput:
+            parts.append(f"MFU {throughput['mfu']:.1%}")
+        parts.append(f"ETA {datetime.timedelta(seconds=round(remaining))}")
+        self.stream.write(self.prefix + " | ".join(parts) + "\n")
         self.stream.flush()
 
     def note(self, text: str) -> None:

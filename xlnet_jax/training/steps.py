@@ -50,6 +50,14 @@ def sample_targets(batch: dict, key: jax.Array, config: ml_collections.ConfigDic
 def forward(model, params, batch, sample, mems, dropout_key, reuse_len, *, deterministic):
     """Runs the two-stream model on `batch` with its PLM sample; returns (terms, new_mems):
     the train and eval steps' forward, and the kernel check's (kernel_check.loss_and_grads)."""
+    logits, new_mems = forward_logits(
+        model, params, batch, sample, mems, dropout_key, reuse_len, deterministic=deterministic
+    )
+    return plm_loss_terms(logits, sample.target_ids, sample.target_weights), new_mems
+
+
+def forward_logits(model, params, batch, sample, mems, dropout_key, reuse_len, *, deterministic):
+    """The model's target logits on `batch` with its PLM sample, and the new memory."""
     mask_fn = plm.perm_order if uses_kernel(model.config) else plm.perm_mask
     mask = mask_fn(sample, batch["is_functional"], reuse_len)
     logits, new_mems = model.apply(
@@ -63,7 +71,7 @@ def forward(model, params, batch, sample, mems, dropout_key, reuse_len, *, deter
         deterministic=deterministic,
         rngs=None if deterministic else {"dropout": dropout_key},
     )
-    return plm_loss_terms(logits, sample.target_ids, sample.target_weights), new_mems
+    return logits, new_mems
 
 
 def train_step(
@@ -183,3 +191,30 @@ def eval_step(params, mems, batch, key, *, model: XLNetLM, config: ml_collection
         model, params, batch, sample, mems, None, config.reuse_len, deterministic=True
     )
     return new_mems, terms
+
+
+def eval_step_by_corpus(
+    params,
+    mems,
+    batch,
+    key,
+    row_corpus,
+    *,
+    model: XLNetLM,
+    config: ml_collections.ConfigDict,
+    corpora: int,
+):
+    """eval_step for a mixture: (new_mems, float32 [corpora, 3]), the summed nll, target
+    count and correct predictions of each corpus's rows (row_corpus: int [B], the corpus of
+    every global row); their sum over corpora is eval_step's terms."""
+    sample = sample_targets(batch, key, config)
+    logits, new_mems = forward_logits(
+        model, params, batch, sample, mems, None, config.reuse_len, deterministic=True
+    )
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+    nll = -jnp.take_along_axis(log_probs, sample.target_ids[..., None], axis=-1)[..., 0]
+    correct = (jnp.argmax(logits, axis=-1) == sample.target_ids).astype(jnp.float32)
+    weights = sample.target_weights
+    onehot = (row_corpus[:, None] == jnp.arange(corpora)[None, :]).astype(jnp.float32)
+    per_row = jnp.stack([(nll * weights).sum(-1), weights.sum(-1), (correct * weights).sum(-1)])
+    return new_mems, (per_row @ onehot).T

@@ -160,10 +160,12 @@ def answers(
     *,
     n_best_size: int,
     max_answer_length: int,
+    original: bool = True,
 ) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
     """(predictions {id: text}, null odds {id: score}, n-best {id: entries}) from HF's
     outputs on encode's windows, by the run's own postprocessing (postprocess.predict: the
-    same n_best_size and max_answer_length give the same predictions/)."""
+    same n_best_size, max_answer_length and original (config.squad_postprocess "original",
+    the default) give the same predictions/)."""
     results = window_results(outputs, attention_mask)
     return postprocess.predict(
         list(questions),
@@ -171,4 +173,5 @@ def answers(
         results,
         n_best_size=n_best_size,
         max_answer_length=max_answer_length,
+        original=original,
     )

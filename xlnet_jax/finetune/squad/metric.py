@@ -88,9 +88,15 @@ def best_threshold(
     scores: dict[str, float],
     null_odds: dict[str, float],
     has_answer: dict[str, bool],
+    original: bool = False,
 ) -> tuple[float, float]:
     """(best score in %, its threshold): the official find_best_thresh's search, with a
     threshold that gives the best score back when applied (null when the odds exceed it).
+
+    original=True is the search of the original's squad_utils.find_best_thresh_v2 (and the
+    official script's) to the letter: threshold 0.0 when every question null scores best,
+    and a tie may be split. config.squad_postprocess "original" (the default) takes it, so
+    best_exact and best_f1 are the figures the original reports.
 
     The search starts from every question null and answers the questions by null odds
     ascending; the threshold at a question's odds answers it and those below. Where the
@@ -103,6 +109,13 @@ def best_threshold(
     """
     current = best = sum(1 for qid in has_answer if not has_answer[qid])
     ranked = sorted((qid for qid in null_odds if qid in scores), key=lambda k: null_odds[k])
+    if original:
+        thresh = 0.0
+        for qid in ranked:
+            current += scores[qid] if has_answer[qid] else -1 if predictions[qid] else 0
+            if current > best:
+                best, thresh = current, null_odds[qid]
+        return 100.0 * best / len(scores), thresh
     thresh = null_odds[ranked[0]] - 1.0 if ranked else 0.0
     for i, qid in enumerate(ranked):
         if has_answer[qid]:
@@ -120,6 +133,7 @@ def evaluate(
     predictions: dict[str, str],
     null_odds: dict[str, float] | None = None,
     na_prob_thresh: float = 1.0,
+    original: bool = False,
 ) -> dict[str, float]:
     """The official evaluate-v2.0 output dict; with null_odds (its --na-prob-file) also the
     threshold search's best_exact, best_f1 and their thresholds.
@@ -129,6 +143,7 @@ def evaluate(
       predictions: question id -> predicted text, for every question.
       null_odds: question id -> no-answer score (higher: more likely unanswerable).
       na_prob_thresh: the official default 1.0.
+      original: best_threshold's search as the original's (see there).
     """
     missing = [qid for qid in golds if qid not in predictions]
     if missing:
@@ -154,8 +169,10 @@ def evaluate(
         out |= summary(no, "NoAns_")
     if not searched:
         return out
-    best_exact, exact_thresh = best_threshold(predictions, exact_raw, null_odds, has_answer)
-    best_f1, f1_thresh = best_threshold(predictions, f1_raw, null_odds, has_answer)
+    best_exact, exact_thresh = best_threshold(
+        predictions, exact_raw, null_odds, has_answer, original
+    )
+    best_f1, f1_thresh = best_threshold(predictions, f1_raw, null_odds, has_answer, original)
     out |= {
         "best_exact": best_exact,
         "best_exact_thresh": exact_thresh,

@@ -4,10 +4,15 @@ For each question, every window proposes start_n_top x end_n_top spans; a span s
 both ends lie in the paragraph, the start is in its max-context window, end >= start and it
 is at most `max_answer_length` pieces long. The survivors, best first by start + end log
 probability, give the n-best list with texts cut from the original paragraph by character
-offsets (one entry per distinct text). The best non-empty text is always the prediction; the
-null odds are the smallest `cls_logits` over the question's windows, and the threshold on
-them is what the metric searches. One difference from the original: it also drops spans that
-end on the window's last paragraph piece (`>= paragraph_len - 1`); here that piece counts.
+offsets (one entry per distinct text). The null odds are the smallest `cls_logits` over the
+question's windows, and the threshold on them is what the metric searches.
+
+original=True (config.squad_postprocess "original", the default) is run_squad's
+write_predictions to the letter: a start or end at `>= paragraph_len - 1` is dropped
+(:778-781, so the window's last paragraph piece never starts or ends an answer), and the
+prediction is the first n-best entry (:842), even when its text is empty. original=False
+("consistent") lets the last piece count (it is paragraph like the others) and predicts the
+best non-empty text (an empty prediction is the no-answer the threshold decides, not a span).
 """
 
 import dataclasses
@@ -37,11 +42,15 @@ class WindowResult:
     cls_logits: float
 
 
-def _candidates(window: Window, result: WindowResult, max_answer_length: int):
-    """(score, start log prob, end log prob, start, end) of the window's valid spans."""
+def _candidates(
+    window: Window, result: WindowResult, max_answer_length: int, original: bool = False
+):
+    """(score, start log prob, end log prob, start, end) of the window's valid spans;
+    original: the last paragraph piece is out, as run_squad's `>= paragraph_len - 1`."""
+    limit = window.paragraph_len - 1 if original else window.paragraph_len
     for i, start in enumerate(result.start_top_index.tolist()):
         for j, end in enumerate(result.end_top_index[i].tolist()):
-            if start >= window.paragraph_len or end >= window.paragraph_len:
+            if start >= limit or end >= limit:
                 continue
             if not window.max_context[start] or end < start or end - start + 1 > max_answer_length:
                 continue
@@ -63,8 +72,10 @@ def predict(
     *,
     n_best_size: int,
     max_answer_length: int,
+    original: bool = False,
 ) -> tuple[dict[str, str], dict[str, float], dict[str, list[dict]]]:
-    """(predictions {id: text}, null odds {id: score}, n-best {id: [entries]}), file order."""
+    """(predictions {id: text}, null odds {id: score}, n-best {id: [entries]}), file order;
+    original: run_squad's rules (module docstring)."""
     by_question: dict[int, list[tuple[Window, WindowResult]]] = {}
     for window, result in zip(windows, results, strict=True):
         by_question.setdefault(window.question, []).append((window, result))
@@ -75,7 +86,7 @@ def predict(
             (
                 (*candidate, window)
                 for window, result in pairs
-                for candidate in _candidates(window, result, max_answer_length)
+                for candidate in _candidates(window, result, max_answer_length, original)
             ),
             key=lambda c: c[0],
             reverse=True,
@@ -95,7 +106,10 @@ def predict(
         nbest[question.qid] = [
             {**e, "probability": p} for e, p in zip(entries, probabilities, strict=True)
         ]
-        predictions[question.qid] = next((e["text"] for e in entries if e["text"]), "")
+        first = entries[0]["text"]
+        predictions[question.qid] = (
+            first if original else next((e["text"] for e in entries if e["text"]), "")
+        )
         null_odds[question.qid] = min((float(r.cls_logits) for _, r in pairs), default=0.0)
     return predictions, null_odds, nbest
 

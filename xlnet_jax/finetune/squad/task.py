@@ -155,6 +155,7 @@ class Squad(Task):
             results,
             n_best_size=self._config.n_best_size,
             max_answer_length=self._config.max_answer_length,
+            original=self._config.get("squad_postprocess", "original") == "original",
         )
         return [
             {
@@ -185,4 +186,5 @@ class Squad(Task):
             {q.qid: q.answers for q in examples},
             {p["id"]: p["prediction"] for p in predictions},
             {p["id"]: p["null_odds"] for p in predictions},
+            original=self._config.get("squad_postprocess", "original") == "original",
         )

@@ -5,8 +5,12 @@ article ({"article", "questions", "options" (4 per question), "answers" ("A".."D
 Each option becomes one row as the original's run_race builds it: the article, <sep>, the
 question with the option put in place of "_" (or appended after a space), <sep>, <cls>; the
 question-and-option part keeps its last max_qa_length tokens, the article its first tokens
-that fit. (The original appends to the article's token list in place, so that from the
-second option on its rows carry the earlier options' tokens; every row here is built anew.)
+that fit. Every row here is built anew (config.race_rows "fresh"). The original's
+run_race:189 (`tokens = tokens_context`) aliases the article's token list and appends the
+row to it in place, so that while the rows fit, option k's segment A also holds options
+0..k-1, each with its <sep> ... <sep> <cls> (zihangdai/xlnet#204); the published RACE
+figures were made with those rows, and config.race_rows "aliased" builds them (aliased_rows),
+to compare with the published figures.
 A softmax over the four rows' logits picks the answer.
 
 Passages longer than one row are read through the recurrence memory (config.num_segments):
@@ -37,7 +41,7 @@ import optax
 
 from xlnet_jax import paths
 from xlnet_jax.config import ModelConfig
-from xlnet_jax.data.tokenizer import PAD_ID
+from xlnet_jax.data.tokenizer import CLS_ID, PAD_ID, SEP_ID
 from xlnet_jax.errors import ConfigError, DataError, MissingFileError
 from xlnet_jax.finetune import features, metrics, tsv
 from xlnet_jax.finetune.task import Features, Task
@@ -161,6 +165,35 @@ def _windows(
     )
 
 
+def aliased_rows(
+    article: list[int], qas: list[list[int]], seq_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The original's rows of one question (run_race convert_single_example, with its
+    list aliasing, zihangdai/xlnet#204), each [1, options, seq_len]: while article + qa fits
+    seq_len - 3, the row's segment A is the article list itself, which then grows by the row
+    (<sep> qa <sep> <cls>), all of it segment A for the next option; once it does not fit,
+    A is a cut copy (no more growth). `qas` are already cut to max_qa_length. Padding on the
+    left, with PAD_ID (the original pads with 0; the mask hides either)."""
+    context, ids, segs, masks = list(article), [], [], []
+    for qa in qas:
+        aliased = len(context) + len(qa) <= seq_len - 3
+        a = context if aliased else context[: seq_len - 3 - len(qa)]
+        tokens = [*a, SEP_ID, *qa, SEP_ID, CLS_ID]
+        types = [features.SEG_A] * (len(a) + 1) + [features.SEG_B] * (len(qa) + 1)
+        types.append(features.SEG_CLS)
+        if aliased:
+            context = tokens  # the original's in-place appends to tokens_context
+        pad = seq_len - len(tokens)
+        ids.append([PAD_ID] * pad + tokens)
+        segs.append([features.SEG_PAD] * pad + types)
+        masks.append(np.arange(seq_len) < pad)
+    return (
+        np.array(ids, np.int32)[None],
+        np.array(segs, np.int32)[None],
+        np.array(masks, bool)[None],
+    )
+
+
 class Race(Task):
     name, head = "race", "multiple_choice"
     eval_splits = ("dev",)
@@ -204,6 +237,13 @@ class Race(Task):
                 f"a row of seq_len {config.seq_len} (3 special tokens; every segment holds the "
                 f"question and option); use max_qa_length {config.seq_len - 4} or less"
             )
+        aliased = config.get("race_rows", "fresh") == "aliased"
+        if aliased and config.num_segments != 1:
+            raise ConfigError(
+                f'config.race_rows: "aliased" (the original\'s one-row layout) with '
+                f"config.num_segments {config.num_segments}; set num_segments=1 or "
+                "race_rows=fresh"
+            )
         articles = {text: None for text in (e.article for e in examples)}
         articles = dict(zip(articles, encoder.encode_many(list(articles)), strict=True))
         rows, qa_lengths, cut_articles = [], [], 0
@@ -213,11 +253,15 @@ class Race(Task):
                 else f"{example.question} {option}"
                 for option in example.options
             ]  # fmt: skip
-            options = []
-            for qa in encoder.encode_many(qas):
-                qa_lengths.append(len(qa))
-                qa = qa[-config.max_qa_length :]
-                article = articles[example.article]
+            options, encoded = [], encoder.encode_many(qas)
+            qa_lengths += [len(qa) for qa in encoded]
+            encoded = [qa[-config.max_qa_length :] for qa in encoded]
+            article = articles[example.article]
+            if aliased:
+                cut_articles += sum(len(article) + len(qa) > config.seq_len - 3 for qa in encoded)
+                rows.append(aliased_rows(article, encoded, config.seq_len))
+                continue
+            for qa in encoded:
                 window = config.seq_len - 3 - len(qa)
                 cut_articles += len(article) > window * config.num_segments
                 options.append(_windows(article, qa, window, config))
