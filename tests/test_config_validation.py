@@ -259,3 +259,18 @@ def test_a_derived_constraint_names_values_that_work(overrides, devices):
         validate_config(fixed, devices)  # raises if the advice were wrong
     if "seq_len" in overrides:
         assert "seq_len=64" in message and "reuse_len=25 and perm_size=25" in message
+
+
+def test_tinys_eval_every_follows_a_shortened_run():
+    """configs/tiny.py evaluates every quarter of the run, also after
+    --config.num_train_steps=400 on the command line (issue 61: a 400-step run printed no
+    held-out loss)."""
+    from absl import flags
+
+    from xlnet_jax.run.flags import define_config
+
+    argv = ["x", "--config=configs/tiny.py", "--config.num_train_steps=400"]
+    values = flags.FlagValues()
+    define_config(values, sys_argv=argv)
+    values(argv)
+    assert values.config.eval_every == 100

@@ -216,3 +216,20 @@ def test_hf_forward_rejects_bad_shapes(hf_dir, argument, value):
     inputs = {**_hf_inputs(), argument: value}
     with pytest.raises(ValueError, match=argument):
         hf_forward(config, params, **inputs)
+
+
+def test_export_of_a_seeds_workdir_names_its_seed_folders(tmp_path):
+    """`finetune --seeds` writes one run per seed (seed_K) and no checkpoint of its own:
+    export-hf says which folders to export, not that config.json is missing (issue 61)."""
+    from xlnet_jax.checkpoint.export import export_to_hf
+    from xlnet_jax.errors import UsageError
+
+    for seed in (10, 9, 11):
+        (tmp_path / "seeds" / f"seed_{seed}" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(UsageError) as raised:
+        export_to_hf(str(tmp_path / "seeds"), str(tmp_path / "out"))
+    assert str(raised.value) == (
+        f"{tmp_path}/seeds is a `finetune --seeds` workdir: export one seed's run, e.g. "
+        f"`xlnet-jax export-hf {tmp_path}/seeds/seed_9 --out {tmp_path}/out` "
+        "(its seed folders: seed_9, seed_10, seed_11)"
+    )

@@ -675,3 +675,20 @@ def test_local_backend_takes_a_gs_workdir_and_logs_locally(tmp_path, capsys, fak
     assert "process 1 done" in log.read_text()
     assert local_train(fake_train, "gs://bucket/runs/a", "--log-dir", "here") == 0
     assert "process 1 done" in (tmp_path / "here" / "process_1.log").read_text()
+
+
+def test_a_failure_quotes_this_starts_lines_only(tmp_path, capsys):
+    """Logs are appended across starts (a restart's log shows why it restarted), each start
+    after its own header; the launcher's excerpt of a failure is from this start alone
+    (issue 61: a SIGKILLed run quoted a failed start's error of minutes earlier)."""
+    fail = "import sys; print({!r}); sys.exit(3)"
+    logs = tmp_path / "logs"
+    first = [[sys.executable, "-c", fail.format("Traceback: the first start's error")]]
+    assert local.run(first, logs, timeout=60, grace_seconds=0.5) == 3
+    capsys.readouterr()
+    second = [[sys.executable, "-c", fail.format("the second start's own line")]]
+    assert local.run(second, logs, timeout=60, grace_seconds=0.5) == 3
+    said = capsys.readouterr().err
+    assert "the second start's own line" in said and "first start" not in said, said
+    text = (logs / "process_0.log").read_text()
+    assert text.count("==== xlnet-jax launch: a new start at ") == 2 and "first start" in text

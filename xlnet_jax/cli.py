@@ -5,8 +5,9 @@ line, `xlnet-jax COMMAND: error: ...`, with no traceback. Exit codes: 0 done; 1 
 error (the `XLNetJaxError` family: bad config, bad corpus, unusable workdir or checkpoint);
 2 a wrong command line (unknown command, flag or config field; a missing flag); 3 `compile`:
 the step does not fit the topology's memory; 4 object storage kept failing past the retry
-budget (rerun when it answers: training resumes; `launch run` does so itself); 130 Ctrl-C
-(train saves first; see train.py).
+budget (rerun when it answers: training resumes; `launch run` does so itself); 6 stopped
+by SIGTERM before the last step, after saving a checkpoint (a preemption notice: rerun to
+resume; `launch run` restarts it); 130 Ctrl-C (train saves first; see train.py).
 """
 
 import contextlib
@@ -21,7 +22,6 @@ from collections.abc import Callable
 
 import ml_collections
 from absl import flags
-from ml_collections import config_flags
 
 from xlnet_jax.errors import (
     STOPPED_EXIT_CODE,
@@ -30,6 +30,10 @@ from xlnet_jax.errors import (
     UsageError,
     XLNetJaxError,
 )
+from xlnet_jax.run.flags import define_config as _define_config
+from xlnet_jax.run.flags import define_finetune as _define_finetune
+from xlnet_jax.run.flags import define_train as _define_train
+from xlnet_jax.run.flags import define_workdir_command as _define_workdir_command
 
 # The shell's status for a process stopped by Ctrl-C (128 + SIGINT).
 INTERRUPTED_EXIT_CODE = 130
@@ -62,100 +66,6 @@ class Command:
     define: Callable[[flags.FlagValues], None]
     main: Callable[[flags.FlagValues, list[str]], int]
     positional: str = ""
-
-
-def _define_config(fv: flags.FlagValues, sys_argv: list[str] | None = None) -> None:
-    config_flags.DEFINE_config_file(
-        "config",
-        None,
-        "Config file, e.g. configs/tiny.py; override fields with --config.FIELD=VALUE.",
-        flag_values=fv,
-        lock_config=True,
-        sys_argv=sys_argv,
-    )
-
-
-def _define_workdir_command(fv: flags.FlagValues) -> None:
-    _define_config(fv)
-    flags.DEFINE_string(
-        "workdir",
-        None,
-        "Run directory: checkpoints, metrics.jsonl, TensorBoard logs.",
-        flag_values=fv,
-    )
-    _define_cluster(fv)
-
-
-def _define_cluster(fv: flags.FlagValues) -> None:
-    """The flags that join a multi-process run (train, eval, finetune) and set the devices."""
-    flags.DEFINE_bool(
-        "distributed",
-        False,
-        "Call jax.distributed.initialize() with auto-detection (TPU VM pod slices).",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "coordinator_address",
-        None,
-        "HOST:PORT of process 0, for an explicit multi-process run (e.g. on localhost).",
-        flag_values=fv,
-    )
-    flags.DEFINE_integer(
-        "num_processes", None, "Processes in an explicit multi-process run.", flag_values=fv
-    )
-    flags.DEFINE_integer("process_id", None, "This process's index in that run.", flag_values=fv)
-    flags.DEFINE_integer(
-        "heartbeat_timeout",
-        100,
-        "Seconds without a heartbeat after which jax.distributed declares a process dead "
-        "and stops the others (which would otherwise wait in a collective forever).",
-        flag_values=fv,
-    )
-    flags.DEFINE_integer(
-        "num_cpu_devices",
-        None,
-        "Simulated CPU devices per process (tests, pod rehearsal).",
-        flag_values=fv,
-    )
-
-
-def _define_train(fv: flags.FlagValues) -> None:
-    _define_workdir_command(fv)
-    flags.DEFINE_string(
-        "init_from",
-        None,
-        "Start a new run from these params: an HF XLNet directory, an import-hf output or "
-        "another run's workdir (step, optimizer state and memory start fresh).",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool(
-        "change_schedule",
-        False,
-        "On resume, accept new num_train_steps/warmup_steps/learning_rate/min_lr_ratio "
-        "(the learning rate then jumps at the resumed step; the log says by how much).",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool(
-        "allow_version_change",
-        False,
-        "Start although this host's package versions differ from those recorded in "
-        "WORKDIR/config.json (the record then takes the new ones).",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool(
-        "dry_run",
-        False,
-        "Only check the config and corpus together (every problem, one line each); "
-        "compile nothing.",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "profile_steps",
-        "",
-        "START:END traces the steps from START to END with jax.profiler into "
-        "WORKDIR/profile/ (TensorBoard's profile plugin, ui.perfetto.dev); e.g. 20:23.",
-        flag_values=fv,
-    )
 
 
 def _compilation_cache() -> None:
@@ -459,56 +369,6 @@ def _export_hf_main(fv: flags.FlagValues, args: list[str]) -> int:
             raise UsageError(f"--data_dir is for a fine-tuning workdir; {source} is not one")
         print(hf_ids.check_export(source, out, fv.data_dir))
     return 0
-
-
-def _define_finetune(fv: flags.FlagValues) -> None:
-    _define_config(fv)
-    flags.DEFINE_string(
-        "task_name",
-        None,
-        "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli, race, classification, "
-        "regression or squad (case-insensitive).",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "data_dir",
-        None,
-        "The task's files, laid out as GLUE, RACE or SQuAD distribute them.",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "init_from",
-        None,
-        "The pretrained model: a pretraining workdir (its newest checkpoint) or an HF XLNet "
-        "directory; its tokenizer comes with it.",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "workdir", None, "Run directory: checkpoints, metrics, predictions.", flag_values=fv
-    )
-    flags.DEFINE_integer(
-        "seeds",
-        1,
-        "Fine-tune N times with seeds config.seed .. + N - 1 (WORKDIR/seed_K each), one after "
-        "another on this host, and report each result and the median (WORKDIR/seeds.json).",
-        flag_values=fv,
-    )
-    flags.DEFINE_integer(
-        "devices_per_seed",
-        0,
-        "With --seeds: run the seeds side by side, each on its own D of this host's devices "
-        "(the devices cut into groups of D; a group runs its seeds one after another); a "
-        "seed's run is the one it would be alone on D devices. 0: each seed on every device.",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool(
-        "random_weights",
-        False,
-        "Start from random weights of --init_from's shape and tokenizer: the baseline a "
-        "pretraining must beat.",
-        flag_values=fv,
-    )
-    _define_cluster(fv)
 
 
 def _finetune_main(fv: flags.FlagValues, args: list[str]) -> int:

@@ -185,6 +185,8 @@ class Checkpointer:
             return True
         self._failures, self.newest_complete = 0, step
         self._complete.add(step)
+        if jax.process_index() == 0:  # one line per checkpoint, once it is complete
+            log.info("Checkpoint of step %d saved in %s", step, self.directory / str(step))
         return True
 
     def _finalised(self, step: int) -> bool:

@@ -32,6 +32,7 @@ def export_to_hf(source: str, out: str, dropout: float = FINE_TUNING_DROPOUT) ->
     if not 0 <= dropout < 1:
         raise UsageError(f"--dropout must be at least 0 and below 1, got {dropout}")
     if not (paths.as_path(source) / "checkpoints").is_dir():
+        _refuse_seeds_workdir(source, out)
         config = hf.export_hf(source, out, dropout)
         return f"exported {source} to {out}; {_dropout_note(config, dropout)}"
     config, params, step = load_trained_params(source)
@@ -92,3 +93,21 @@ def _export_finetuned(
 def _dropout_note(config: ModelConfig, dropout: float) -> str:
     pretrained = f"dropout {config.dropout}, dropatt {config.dropatt}"
     return f"dropout {dropout} for fine-tuning (pretrained with {pretrained}; --dropout sets it)"
+
+
+def _refuse_seeds_workdir(source: str, out: str) -> None:
+    """A `finetune --seeds` workdir holds one fine-tuned run per seed (seed_K) and no
+    checkpoint of its own: one line naming them, instead of a missing config.json."""
+    root = paths.as_path(source)
+    if not root.is_dir():
+        return
+    seeds = sorted(
+        (p.name for p in root.iterdir() if p.name.startswith("seed_") and p.is_dir()),
+        key=lambda name: (len(name), name),
+    )
+    if seeds:
+        raise UsageError(
+            f"{source} is a `finetune --seeds` workdir: export one seed's run, e.g. "
+            f"`xlnet-jax export-hf {paths.as_path(source) / seeds[0]} --out {out}` "
+            f"(its seed folders: {', '.join(seeds)})"
+        )

@@ -96,9 +96,18 @@ def _vocab_error(message: str, vocab_size: int) -> DataError:
 
 
 def load_processor(path: str) -> spm.SentencePieceProcessor:
-    """Loads a .model file, as a DataError if it is not one."""
+    """Loads a .model file, local or on object storage (gs://), as a DataError if it is not
+    one. Its bytes are read through the path layer and handed to SentencePiece as a proto:
+    SentencePiece itself opens only local files (a gs:// model_file was NOT_FOUND)."""
     try:
-        return spm.SentencePieceProcessor(model_file=path)
+        if "://" in path:
+            from xlnet_jax import paths  # storage's stack, only for a remote model
+
+            data = paths.as_path(path).read_bytes()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        return spm.SentencePieceProcessor(model_proto=data)
     except (OSError, RuntimeError) as e:
         raise DataError(f"{path} is not a readable SentencePiece model ({e}).") from None
 
@@ -188,7 +197,7 @@ _worker_splits: DigitCommaSplits = {}
 def init_worker(model_path: str) -> None:
     """Loads the model (and its digit-comma splits) once per worker process."""
     global _worker_sp, _worker_splits
-    _worker_sp = spm.SentencePieceProcessor(model_file=model_path)
+    _worker_sp = load_processor(model_path)
     _worker_splits = digit_comma_splits(_worker_sp)
 
 

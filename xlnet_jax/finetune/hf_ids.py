@@ -147,7 +147,8 @@ def check_run(
     are neither text pairs nor SQuAD questions."""
     from transformers import AutoTokenizer
 
-    hf_tokenizer = AutoTokenizer.from_pretrained(export_dir)
+    with paths.local_copy(export_dir) as local:  # transformers opens local files only
+        hf_tokenizer = AutoTokenizer.from_pretrained(local)
     agreement = Agreement()
     for split in ("train", *task.eval_splits):
         examples = task.read(data_dir, split)

@@ -50,7 +50,8 @@ def run(
     grace_seconds: float = 10.0,
     hang_s: float | None = None,
 ) -> int:
-    """Runs `commands` at once, process i logging to `log_paths(log_dir, n)[i]` (appended).
+    """Runs `commands` at once, process i logging to `log_paths(log_dir, n)[i]` (appended,
+    after a header line for this start).
 
     Returns 0 when all exit 0; else the first failure's exit code (128+N if it was killed
     by signal N, as shells say), PEER_LOST_EXIT_CODE for a process hung `hang_s` seconds,
@@ -64,9 +65,12 @@ def run(
     # an accelerator (N processes would contend for it) unless the caller chose a platform.
     env = {"JAX_PLATFORMS": "cpu", **os.environ, "PYTHONUNBUFFERED": "1"}
     procs: list[subprocess.Popen] = []
+    # Each start's lines follow its own header in the logs, which keep the earlier starts'
+    # (a restart's log shows why it restarted); what the launcher quotes is from this start.
+    starts = {log: _start(log) for log in logs}
     try:
         with open(logs[0], "rb") as echo:
-            echo.seek(0, os.SEEK_END)
+            echo.seek(starts[logs[0]])
             beats = [log.with_suffix(".heartbeat") for log in logs]
             for i, (argv, log) in enumerate(zip(commands, logs, strict=True)):
                 beats[i].touch()
@@ -80,12 +84,24 @@ def run(
                     )
                 procs.append(proc)
                 print(f"process {i}: pid {proc.pid}, log {log}", file=sys.stderr, flush=True)
-            return _wait(procs, logs, echo, timeout, beats, hang_s)
-    except KeyboardInterrupt:
-        print("interrupted; stopping the processes", file=sys.stderr)
-        return 130
+            try:
+                return _wait(procs, logs, echo, timeout, beats, hang_s, starts)
+            except KeyboardInterrupt:
+                print("interrupted; stopping the processes", file=sys.stderr, flush=True)
+                _terminate(procs, grace_seconds)
+                _echo(echo)  # process 0's last lines: its save, its last eval
+                return 130
     finally:
         _terminate(procs, grace_seconds)
+
+
+def _start(log: Path) -> int:
+    """Appends this start's header line to `log`; the offset where this start's lines
+    begin (the header's end)."""
+    with open(log, "ab") as out:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        out.write(f"==== xlnet-jax launch: a new start at {stamp} ====\n".encode())
+        return out.tell()
 
 
 def run_with_restarts(
@@ -130,6 +146,7 @@ def _wait(
     timeout: float | None,
     beats: Sequence[Path],
     hang_s: float | None,
+    starts: dict[Path, int],
 ) -> int:
     """Polls until all exit 0, one fails or hangs, or `timeout` passes; echoes log 0
     meanwhile."""
@@ -141,7 +158,8 @@ def _wait(
         if failed:
             final = [i for i in failed if restarts.cause(codes[i]) is None]
             i = (final or failed)[0]
-            _report(f"process {i} exited with code {codes[i]}; its log: {logs[i]}", logs[i])
+            message = f"process {i} exited with code {codes[i]}; its log: {logs[i]}"
+            _report(message, logs[i], starts[logs[i]])
             return codes[i]
         if hang_s is not None:
             for i, (code, beat) in enumerate(zip(codes, beats, strict=True)):
@@ -151,6 +169,7 @@ def _wait(
                         f"process {i} made no training progress for {age:.0f} s "
                         f"(--hang-timeout={hang_s:g}): hung; its log: {logs[i]}",
                         logs[i],
+                        starts[logs[i]],
                     )
                     return PEER_LOST_EXIT_CODE
         if all(code == 0 for code in codes):
@@ -175,13 +194,16 @@ def _echo(echo: BinaryIO) -> None:
         sys.stdout.flush()
 
 
-def _report(message: str, log: Path) -> None:
-    """Prints `message` to stderr, then the log's first exception line and its last lines.
+def _report(message: str, log: Path, start: int = 0) -> None:
+    """Prints `message` to stderr, then the first exception line and the last lines of what
+    this start wrote to the log (from offset `start`: never an earlier start's error).
 
     The first exception is usually the cause; later ones are often teardown noise that
     fills the tail (e.g. orbax threads failing at interpreter shutdown).
     """
-    lines = log.read_text(errors="replace").splitlines()
+    with open(log, "rb") as f:
+        f.seek(start)
+        lines = f.read().decode(errors="replace").splitlines()
     tail = lines[-TAIL_LINES:]
     print(f"error: {message}", file=sys.stderr)
     first_error = next((line for line in lines if _EXCEPTION_LINE.match(line)), None)

@@ -11,6 +11,8 @@ checkpoint.
 """
 
 import argparse
+import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -33,9 +35,19 @@ from xlnet_jax.launch import (
 
 PROG = "xlnet-jax launch"
 LOCAL_LOGS = "xlnet-jax-logs"  # the local backend's logs of a gs:// workdir, under the cwd
+# How a --backend local job stops, in `stop --help`, the manual and the launcher's first line.
+LOCAL_STOP = (
+    "Ctrl-C in the launcher's terminal, or `kill -INT PID` of the launcher (its pid is on its "
+    "first line): every process saves a checkpoint and stops, and the same command resumes"
+)
 STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
-# `train` flags that `launch train` and `launch run` pass on, as the --config.FIELD overrides.
-TRAIN_SWITCHES = ("--allow_version_change",)
+# The program's flags that the launcher sets itself (or owns: its --dry-run prints the
+# commands), never passed on; every other flag of `xlnet-jax train` and `finetune` is, as
+# declared once in xlnet_jax/run/flags.py (`passed_on`).
+LAUNCHER_OWNED = frozenset(
+    {"config", "workdir", "distributed", "coordinator_address", "num_processes",
+     "process_id", "num_cpu_devices", "dry_run"}
+)  # fmt: skip
 # `finetune` flags that `launch run finetune` takes and passes on: (dest, its finetune flag).
 FINETUNE_FLAGS = (
     ("task_name", "--task_name"),
@@ -46,6 +58,90 @@ FINETUNE_FLAGS = (
     ("random_weights", "--random_weights"),
 )
 FINETUNE_REQUIRED = ("task_name", "data_dir", "init_from")
+
+
+@dataclasses.dataclass(frozen=True)
+class PassedOn:
+    """A flag of `xlnet-jax PROGRAM` that `launch` takes and passes on as the program spells
+    it: its absl name, whether it is a switch (a bool: passed bare), its help, and the
+    programs that have it."""
+
+    name: str
+    switch: bool
+    help: str
+    programs: tuple[str, ...]
+
+
+@functools.cache
+def passed_on() -> tuple[PassedOn, ...]:
+    """Every flag of `train` and `finetune` (run/flags.py, the one declaration, which the
+    command line parses too) but LAUNCHER_OWNED's, in declaration order, train's first.
+    run/flags.py imports absl and ml_collections only: the supervising parent stays light.
+    """
+    from absl import flags
+
+    from xlnet_jax.run import flags as declared
+
+    found: dict[str, PassedOn] = {}
+    for program, define in (
+        ("train", declared.define_train),
+        ("finetune", declared.define_finetune),
+    ):
+        values = flags.FlagValues()
+        define(values)
+        for name in values:
+            if name in LAUNCHER_OWNED:
+                continue
+            flag = values[name]
+            if name in found:
+                found[name] = dataclasses.replace(
+                    found[name], programs=(*found[name].programs, program)
+                )
+            else:
+                switch = isinstance(flag, flags.BooleanFlag)
+                found[name] = PassedOn(name, switch, flag.help, (program,))
+    return tuple(found.values())
+
+
+# The switches `launch train` and `launch run` pass on, spelled as the trainer spells them
+# (names.dashed leaves them so).
+TRAIN_SWITCHES = tuple(f"--{f.name}" for f in passed_on() if f.switch and "train" in f.programs)
+
+
+class _PassOn(argparse.Action):
+    """Records a passed-on flag in `passed_on` (name -> value), in the order given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = dict(getattr(namespace, "passed_on", None) or {})
+        given.pop(self.dest, None)
+        given[self.dest] = True if self.nargs == 0 else values
+        namespace.passed_on = given
+
+
+def _passed_on_options(
+    parser: argparse.ArgumentParser, programs: Sequence[str], declared: Sequence[str] = ()
+) -> None:
+    """`programs`' flags (passed_on) as options of `parser`, both spellings (--change-schedule,
+    --change_schedule), except the `declared` ones (`run finetune`'s own group)."""
+    which = " or ".join(f"`xlnet-jax {p}`" for p in programs)
+    group = parser.add_argument_group(f"passed on to {which} as it spells them (see its --help)")
+    parser.set_defaults(passed_on={})
+    for flag in passed_on():
+        if flag.name in declared or not set(flag.programs) & set(programs):
+            continue
+        spellings = dict.fromkeys([f"--{flag.name.replace('_', '-')}", f"--{flag.name}"])
+        only = "" if len(programs) == 1 or len(flag.programs) == 2 else f" [{flag.programs[0]}]"
+        kwargs = (
+            {"nargs": 0}
+            if flag.switch
+            else {"metavar": flag.name.upper(), "type": names.not_an_option}
+        )
+        group.add_argument(
+            *spellings, dest=flag.name, action=_PassOn, default=argparse.SUPPRESS,
+            help=flag.help.replace("%", "%%") + only, **kwargs,
+        )  # fmt: skip
+
+
 ONE_SLICE = "fine-tuning runs on one slice (a multislice run is not built for it)"
 ONE_PROCESS_SEEDS = (
     "--seeds runs its seeds in one process, one after another or side by side on its devices "
@@ -396,6 +492,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     _local_options(train)
     _restart_options(train, default=0)
+    _passed_on_options(train, ["train"])
     train.set_defaults(program="train")
 
     status = _subcommand(
@@ -430,7 +527,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "Sends SIGTERM to the trainer's process group on each worker (the trainer and\n"
         "everything it started), waits up to --grace seconds (JAX takes SIGTERM as a\n"
         "preemption notice, so the trainer may checkpoint), then SIGKILLs the group. `launch\n"
-        "run` reads the stop as the user's: it ends the job rather than restart it.",
+        "run` reads the stop as the user's: it ends the job rather than restart it.\n\n"
+        f"A --backend local job has no `stop`: {LOCAL_STOP}.",
     )
     _tpu_options(stop)
     _queued_ssh_option(stop)
@@ -509,6 +607,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     run.add_argument("--config", required=True, help="config file, e.g. configs/base.py")
     run.add_argument("--workdir", required=True, help="gs://BUCKET/PATH: survives the slice")
     _finetune_options(run)
+    _passed_on_options(run, ["train", "finetune"], [dest for dest, _ in FINETUNE_FLAGS])
     _restart_options(run, default=5)
     run.add_argument(
         "--poll",
@@ -546,8 +645,6 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             sub.error(f"unrecognized arguments: {' '.join(extras)}")
         return args
     for extra in extras:
-        if extra in TRAIN_SWITCHES:
-            continue
         try:
             names.config_override(extra)
         except argparse.ArgumentTypeError as e:
@@ -595,16 +692,15 @@ def _check_program(args: argparse.Namespace, sub: argparse.ArgumentParser) -> No
     """`run`: each program's own flags go with it only; what `finetune` does not run (a
     multislice, --seeds over several processes) is refused in one line."""
     given = [dest for dest, _ in FINETUNE_FLAGS if getattr(args, dest) is not None]
+    programs = {flag.name: flag.programs for flag in passed_on()}
+    for name in [*given, *args.passed_on]:
+        if args.program not in programs[name]:
+            sub.error(f"argument --{name.replace('_', '-')}: only with PROGRAM {programs[name][0]}")
     if args.program == "train":
-        if given:
-            sub.error(f"argument --{given[0].replace('_', '-')}: only with PROGRAM finetune")
         return
     for dest in FINETUNE_REQUIRED:
         if dest not in given:
             sub.error(f"argument --{dest.replace('_', '-')}: required with PROGRAM finetune")
-    for extra in args.overrides:
-        if extra in TRAIN_SWITCHES:
-            sub.error(f"argument {extra}: only with PROGRAM train")
     seeds = (args.seeds or 1) > 1
     if args.backend == "local":
         processes = args.num_processes or 1
@@ -697,12 +793,15 @@ def _setup(args: argparse.Namespace) -> Commands:
 def _program_flags(args: argparse.Namespace) -> list[str]:
     """The program's flags after --config and --workdir: `finetune`'s own flags first (as
     `--task_name=VALUE`...), then the overrides and switches in the order given."""
-    if args.program != "finetune":
-        return list(args.overrides)
+    own = FINETUNE_FLAGS if args.program == "finetune" else (("init_from", "--init_from"),)
     named = [
         flag if value is True else f"{flag}={value}"
-        for dest, flag in FINETUNE_FLAGS
-        if (value := getattr(args, dest)) is not None
+        for dest, flag in own
+        if (value := getattr(args, dest, None)) is not None
+    ]
+    named += [
+        f"--{name}" if value is True else f"--{name}={value}"
+        for name, value in args.passed_on.items()
     ]
     return [*named, *args.overrides]
 
@@ -805,11 +904,12 @@ def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
             args.num_cpu_devices or 1,
             args.config,
             args.workdir,
-            args.overrides,
+            _program_flags(args),
         )
 
     if args.dry_run:
         return runner.run_commands(make_commands(), dry_run=True)
+    print(f"launch: pid {os.getpid()}; to stop: {LOCAL_STOP}.", file=sys.stderr, flush=True)
     log_dir = Path(args.log_dir) if args.log_dir else local_log_dir(args.workdir)
     return local.run_with_restarts(
         make_commands,

@@ -18,6 +18,7 @@ Imports errors only.
 """
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -27,8 +28,9 @@ import math
 import os
 import random
 import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from etils import epath
@@ -98,6 +100,34 @@ def write_bytes_atomic(path: epath.Path, data: bytes) -> None:
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def local_copy(path: str | os.PathLike) -> Iterator[str]:
+    """A local path with `path`'s content, for a library that opens only local files
+    (transformers' from_pretrained): a local path as it is; a remote file or directory
+    (its files, recursively) copied into a temporary directory, removed on exit."""
+    source = as_path(path)
+    if not is_remote(source):
+        yield os.fspath(source)
+        return
+    with tempfile.TemporaryDirectory(prefix="xlnet-jax-staged-") as scratch:
+        target = os.path.join(scratch, source.name or "staged")
+        _copy_down(source, target)
+        yield target
+
+
+def _copy_down(source: epath.Path, target: str) -> None:
+    """`source` (a file, or a directory walked folder by folder: gs:// has no `**` glob)
+    copied to the local `target`."""
+    if not source.is_dir():
+        data = retry(source.read_bytes, f"reading {source}")
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    os.makedirs(target, exist_ok=True)
+    for item in source.iterdir():
+        _copy_down(item, os.path.join(target, item.name))
 
 
 def move_tree(source: epath.Path, target: epath.Path) -> None:

@@ -5,5 +5,6 @@
   workdir.py, lease.py    the workdir and its single-writer lease
   fence.py                no write of the run outlives its lease
   init_from.py            params from HF weights, an import or another run
+  flags.py                train's and finetune's flags, declared once (cli, launch)
 May import checkpoint, objective, model, data and the base modules.
 """
