@@ -49,8 +49,6 @@ NOT_RUN_HERE = {
     "bash scripts/test.sh": "is this suite (.ci/run runs it on a fresh clone)",
     "bash scripts/venv.sh hf": "installs into the venv this suite runs in; the test extra holds "
     "the hf extra's pinned torch and transformers, which tests/test_hf_io.py uses",
-    "python - <<'PY'": "writes the man-page texts of the mixture example (docs/own-text.md); "
-    "tests/test_mixture_run.py trains a mixture of two real texts through `xlnet-jax train`",
     "source .venv/bin/activate": "a shell builtin: this suite runs in that venv (VENV_BIN)",
     "pip install": "changes the venv this suite runs in; the test extra holds the hf extra's "
     "torch and transformers, which tests/test_hf_io.py uses",
