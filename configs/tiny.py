@@ -18,11 +18,11 @@ def get_config():
     c.vocab_size = 2000
     c.batch_size = 16
     c.num_train_steps = 2000
-    c.warmup_steps = 100
+    c.warmup_steps = c.get_ref("num_train_steps") // 20
     c.log_every = 50
     # A quarter of the run (500 of 2000): a shortened --config.num_train_steps=400 still
     # prints held-out losses (every 100 steps) unless --config.eval_every is set too.
     c.eval_every = c.get_ref("num_train_steps") // 4
     c.eval_steps = 8
-    c.checkpoint_every = 500
+    c.checkpoint_every = c.get_ref("num_train_steps") // 4
     return c

@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from xlnet_jax import cli
 from xlnet_jax.errors import UsageError, WorkdirError
 from xlnet_jax.run.preflight import check_run
 from xlnet_jax.run.validate import ConfigError, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # (overrides, devices, the field the message must name, a word of the constraint)
 BAD_CONFIGS = [
@@ -261,16 +264,28 @@ def test_a_derived_constraint_names_values_that_work(overrides, devices):
         assert "seq_len=64" in message and "reuse_len=25 and perm_size=25" in message
 
 
-def test_tinys_eval_every_follows_a_shortened_run():
-    """configs/tiny.py evaluates every quarter of the run, also after
-    --config.num_train_steps=400 on the command line (issue 61: a 400-step run printed no
-    held-out loss)."""
+PRESETS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.py"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_presets_schedule_follows_a_shortened_run(preset):
+    """Each preset's warmup and evaluation intervals are fractions of its num_train_steps,
+    so `--config.num_train_steps=40` on the command line gives a run that warms up and
+    evaluates (where the preset evaluates along the way) within its 40 steps (tiny at 400
+    steps printed no held-out loss; at 30 it refused to start, warmup 100 > 30)."""
     from absl import flags
 
     from xlnet_jax.run.flags import define_config
 
-    argv = ["x", "--config=configs/tiny.py", "--config.num_train_steps=400"]
+    argv = ["x", f"--config={preset}"]
     values = flags.FlagValues()
     define_config(values, sys_argv=argv)
     values(argv)
-    assert values.config.eval_every == 100
+    full = values.config
+    short = flags.FlagValues()
+    define_config(short, sys_argv=[*argv, "--config.num_train_steps=40"])
+    short([*argv, "--config.num_train_steps=40"])
+    for field in ("warmup_steps", "eval_every"):
+        if full[field]:
+            assert 0 < short.config[field] <= 40, (preset, field, short.config[field])
+            assert short.config[field] < full[field], (preset, field)

@@ -46,6 +46,19 @@ def _reference_hook():
 reference = _reference_hook()
 
 
+def _command_words(line: str) -> list[str]:
+    """The words of a shell line's first command: up to a comment or an operator (`>`, `&`,
+    `;`, `|`), so `xlnet-jax ... >launch.log 2>&1 &` is the command it starts."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = []
+    for word in lexer:
+        if set(word) <= set("();<>|&"):
+            break
+        words.append(word)
+    return words
+
+
 def documented_commands(text: str) -> list[str]:
     """The `xlnet-jax` commands a markdown page shows, each as one line."""
     commands = []
@@ -56,7 +69,7 @@ def documented_commands(text: str) -> list[str]:
         for line in block.replace("\\\n", " ").splitlines():
             line = line.strip().removeprefix("$ ")
             if line.startswith(PROGRAM + " "):
-                commands.append(shlex.join(shlex.split(line, comments=True)))
+                commands.append(shlex.join(_command_words(line)))
     prose = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
     for span in re.findall(rf"`({PROGRAM} [^`]+)`", prose):
         words = span.split()

@@ -53,8 +53,9 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_exact(straight, tmp_path)
     assert not harness.checkpoint_done(workdir, 4)
     harness.run(workdir, *_mixture())
     assert harness.losses(workdir) == harness.losses(straight)
-    assert read_metrics(workdir)[4]["corpus/docs/tokens_seen"] == (
-        read_metrics(straight)[4]["corpus/docs/tokens_seen"]
+    assert (
+        read_metrics(workdir)[4]["corpus/docs/tokens_seen"]
+        == (read_metrics(straight)[4]["corpus/docs/tokens_seen"])
     )
     harness.assert_trees_equal(
         harness.checkpoint_arrays(workdir, 4), harness.checkpoint_arrays(straight, 4)

@@ -3,9 +3,10 @@
 
 Each `xlnet-jax launch ... --dry-run` block of docs/tpu-pods.md shows exactly what the
 launcher prints. Every command of every bash block (README.md, benchmarks/README.md,
-docs/**/*.md) names a program of the venv, and either runs here verbatim or is listed in
-NOT_RUN_HERE with why and which test covers it (tests/test_docs.py parses every `xlnet-jax`
-command of them); their pytest lines print pytest's summary line.
+docs/**/*.md but the pages tests/test_pages.py runs whole) names a program of the venv, and
+either runs here verbatim or is listed in NOT_RUN_HERE with why and which test covers it
+(tests/test_docs.py parses every `xlnet-jax` command of them); their pytest lines print
+pytest's summary line.
 """
 
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_pages import PAGES
 from xlnet_jax.launch import pod
 
 pytestmark = pytest.mark.usefixtures("committed_tree")
@@ -24,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 POD_PAGE = ROOT / "docs" / "tpu-pods.md"
 READMES = [README, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# The tutorial pages that tests/test_pages.py runs whole, block by block: not accounted here.
+READMES = [path for path in READMES if str(path.relative_to(ROOT)) not in PAGES]
 VENV_BIN = Path(sys.executable).parent  # the quick start's .venv, where the suite runs
 
 # Commands run verbatim below, by their first words.

@@ -16,8 +16,8 @@ def get_config():
     c.seq_len = 64
     c.batch_size = 32
     c.num_train_steps = 300
-    c.warmup_steps = 30
+    c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.learning_rate = 1e-4
     c.log_every = 25
-    c.checkpoint_every = 100
+    c.checkpoint_every = c.get_ref("num_train_steps") // 3
     return c

@@ -21,7 +21,7 @@ def get_config():
     c.seq_len = 128
     c.batch_size = 128
     c.num_train_steps = 10_000
-    c.warmup_steps = 1_000
+    c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.learning_rate = 2e-5
     c.weight_decay = 0.01
     c.adam_eps = 1e-6
@@ -29,6 +29,6 @@ def get_config():
     c.clip_replicas = 8  # UNSURE: the paper's GLUE runs on a v3-8 (8 cores), not checked
     c.dtype = "float32"  # as the original's run_classifier (use_bfloat16 False)
     c.log_every = 100
-    c.eval_every = 1_000
-    c.checkpoint_every = 1_000
+    c.eval_every = c.get_ref("num_train_steps") // 10
+    c.checkpoint_every = c.get_ref("num_train_steps") // 10
     return c

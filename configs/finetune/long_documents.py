@@ -23,9 +23,9 @@ def get_config():
     c.mem_len = 384
     c.batch_size = 32
     c.num_train_steps = 4_000
-    c.warmup_steps = 400
+    c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.learning_rate = 2e-5
     c.log_every = 100
-    c.eval_every = 1_000
-    c.checkpoint_every = 1_000
+    c.eval_every = c.get_ref("num_train_steps") // 4
+    c.checkpoint_every = c.get_ref("num_train_steps") // 4
     return c

@@ -24,7 +24,7 @@ def get_config():
     c.batch_size = 32
     c.clip_replicas = 32  # tpu_race_large_bsz32.sh: 32 cores, each row its own clip
     c.num_train_steps = 12_000
-    c.warmup_steps = 1_000
+    c.warmup_steps = c.get_ref("num_train_steps") // 12
     c.learning_rate = 2e-5
     c.weight_decay = 0.0
     c.adam_eps = 1e-6
@@ -32,6 +32,6 @@ def get_config():
     c.dtype = "bfloat16"
     c.remat = True
     c.log_every = 100
-    c.eval_every = 2_000
-    c.checkpoint_every = 1_000
+    c.eval_every = c.get_ref("num_train_steps") // 6
+    c.checkpoint_every = c.get_ref("num_train_steps") // 12
     return c

@@ -21,8 +21,8 @@ def get_config():
     c.batch_size = 32
     c.clip_replicas = 8  # the SQuAD scripts' core count (squad_large.py), on any machine
     c.num_train_steps = 600
-    c.warmup_steps = 30
+    c.warmup_steps = c.get_ref("num_train_steps") // 20
     c.learning_rate = 1e-4
     c.log_every = 25
-    c.checkpoint_every = 100
+    c.checkpoint_every = c.get_ref("num_train_steps") // 6
     return c

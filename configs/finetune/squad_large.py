@@ -23,7 +23,7 @@ def get_config():
     c.batch_size = 48
     c.learning_rate = 3e-5
     c.num_train_steps = 8000
-    c.warmup_steps = 1000
+    c.warmup_steps = c.get_ref("num_train_steps") // 8
     c.lr_layer_decay_rate = 0.75
     c.dropout = 0.1
     c.dropatt = 0.1
@@ -34,5 +34,5 @@ def get_config():
     c.min_lr_ratio = 0.0
     c.dtype = "bfloat16"
     c.remat = True
-    c.checkpoint_every = 1000
+    c.checkpoint_every = c.get_ref("num_train_steps") // 8
     return c

@@ -18,12 +18,12 @@ def get_config():
     c.seq_len = 128
     c.batch_size = 32
     c.num_train_steps = 1_200
-    c.warmup_steps = 120
+    c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.learning_rate = 5e-5
     c.weight_decay = 0.0
     c.adam_eps = 1e-8  # run_classifier's adam_epsilon default, which the README command keeps
     c.clip_replicas = 4  # UNSURE: 4 GPU towers (num_core_per_host 4), each clipping its own
     c.log_every = 50
-    c.eval_every = 600
-    c.checkpoint_every = 600
+    c.eval_every = c.get_ref("num_train_steps") // 2
+    c.checkpoint_every = c.get_ref("num_train_steps") // 2
     return c

@@ -118,7 +118,7 @@ def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
     c.batch_size = 8192
     c.num_train_steps = 500_000
     c.learning_rate = 4e-4
-    c.warmup_steps = 40_000
+    c.warmup_steps = c.get_ref("num_train_steps") * 2 // 25  # 40k of 500k
     c.min_lr_ratio = 0.001
     c.weight_decay = 0.01
     c.adam_eps = 1e-6
@@ -126,7 +126,7 @@ def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
     c.dtype = "bfloat16"
     c.remat = True
     c.log_every = 100
-    c.eval_every = 10_000
+    c.eval_every = (c.get_ref("num_train_steps") + 49) // 50  # 10k of 500k; never 0
     c.checkpoint_every = 2_000
     return c
 

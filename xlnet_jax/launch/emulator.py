@@ -105,16 +105,23 @@ def create_bucket(url: str, bucket: str) -> None:
 
 
 def _wait_ready(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
+    if not _answers(url, READY_TIMEOUT_S, process):
         if process.poll() is not None:
             raise RuntimeError(f"fake-gcs-server exited with code {process.returncode}")
+        raise TimeoutError(f"fake-gcs-server did not answer at {url} within {READY_TIMEOUT_S:g} s")
+
+
+def _answers(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> bool:
+    """Whether an emulator answers at `url` within `timeout_s` (False at once if `process`,
+    the server, exits)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (process is None or process.poll() is None):
         try:
             urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
-            return
+            return True
         except OSError:
             time.sleep(0.05)
-    raise TimeoutError(f"fake-gcs-server did not answer at {url} within {READY_TIMEOUT_S:g} s")
+    return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +137,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--print-env",
         action="store_true",
-        help="only print the export lines for --port, for another shell: "
+        help="only print the export lines for --port, once an emulator answers there (up "
+        f"to {READY_TIMEOUT_S:g} s), for another shell or after a background start: "
         'eval "$(xlnet-jax launch emulator --print-env)"',
     )
 
@@ -139,6 +147,14 @@ def main(args: argparse.Namespace) -> int:
     """Prints the export lines, then serves until SIGINT or SIGTERM; exit code 0."""
     url = f"http://127.0.0.1:{args.port}"
     if args.print_env:
+        if not _answers(url, READY_TIMEOUT_S):
+            print(
+                f"xlnet-jax launch emulator: error: no emulator answers at {url} within "
+                f"{READY_TIMEOUT_S:g} s; start one first (`xlnet-jax launch emulator &`), or "
+                "pass its --port.",
+                file=sys.stderr,
+            )
+            return 1
         print(exports(url))
         return 0
     buckets = args.bucket or ["xlnet-rehearsal"]

@@ -7,12 +7,15 @@ fail together, one whose code a restart would repeat (1, 2: `restarts.cause` nam
 is the one reported, as `launch run` does on a pod. A process whose training loop made no
 progress (its heartbeat file, run/heartbeat.py) for `hang_s` seconds is hung: the job ends
 with PEER_LOST_EXIT_CODE. A timeout bounds the whole job. Process 0's log is echoed to
-stdout as it grows. `run_with_restarts` starts such a job again under the restart policy of
+stdout as it grows. Ctrl-C stops the job cleanly: every process saves and releases its
+lease (`run`). `run_with_restarts` starts such a job again under the restart policy of
 `launch run` (restarts.py).
 """
 
+import functools
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -22,11 +25,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from xlnet_jax.launch import restarts
-from xlnet_jax.launch.supervise import PEER_LOST_EXIT_CODE
+from xlnet_jax.launch.supervise import PEER_LOST_EXIT_CODE, signal_on_parent_death
 from xlnet_jax.run.heartbeat import HEARTBEAT_ENV
 
 DEFAULT_PROGRAM = (sys.executable, "-m", "xlnet_jax.cli")
 POLL_SECONDS = 0.1
+STOP_GRACE_SECONDS = 300.0  # After Ctrl-C: how long the processes have to save and stop.
 TAIL_LINES = 20  # Lines of a failed process's log repeated in the error message.
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception)\b.*:")  # "ValueError: ..."
 
@@ -57,6 +61,12 @@ def run(
     by signal N, as shells say), PEER_LOST_EXIT_CODE for a process hung `hang_s` seconds,
     124 on timeout, 130 on Ctrl-C. Processes still running at the end are sent SIGTERM,
     then SIGKILL after `grace_seconds` (JAX treats SIGTERM as a preemption notice).
+
+    The processes run in sessions of their own, so a terminal's Ctrl-C reaches the launcher
+    alone: it sends each process SIGTERM, the preemption notice on which every process saves
+    at one agreed step and releases the workdir's lease, and waits up to STOP_GRACE_SECONDS
+    for that (a second Ctrl-C kills them without saving). A process outlives no launcher:
+    the launcher's death sends it SIGTERM.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     logs = log_paths(log_dir, len(commands))
@@ -81,18 +91,45 @@ def run(
                         stdout=out,
                         stderr=out,
                         env={**env, HEARTBEAT_ENV: str(beats[i])},
+                        start_new_session=True,
+                        preexec_fn=functools.partial(signal_on_parent_death, signal.SIGTERM),
                     )
                 procs.append(proc)
                 print(f"process {i}: pid {proc.pid}, log {log}", file=sys.stderr, flush=True)
             try:
                 return _wait(procs, logs, echo, timeout, beats, hang_s, starts)
             except KeyboardInterrupt:
-                print("interrupted; stopping the processes", file=sys.stderr, flush=True)
-                _terminate(procs, grace_seconds)
-                _echo(echo)  # process 0's last lines: its save, its last eval
+                _stop(procs, echo)
                 return 130
     finally:
         _terminate(procs, grace_seconds)
+
+
+def _stop(procs: Sequence[subprocess.Popen], echo: BinaryIO) -> None:
+    """After Ctrl-C: SIGTERM to every process, then waits for their saves while relaying
+    process 0's log (its save, its last eval); SIGKILL after STOP_GRACE_SECONDS or at a
+    second Ctrl-C."""
+    print(
+        f"interrupted: every process saves at its next step and stops (up to "
+        f"{STOP_GRACE_SECONDS:g} s; Ctrl-C again kills them without saving)",
+        file=sys.stderr,
+        flush=True,
+    )
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    try:
+        while any(p.poll() is None for p in running) and time.monotonic() < deadline:
+            _echo(echo)
+            time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        print("second Ctrl-C: killing the processes without saving", file=sys.stderr)
+    for p in running:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    _echo(echo)
 
 
 def _start(log: Path) -> int:

@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import functools
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -37,8 +38,8 @@ PROG = "xlnet-jax launch"
 LOCAL_LOGS = "xlnet-jax-logs"  # the local backend's logs of a gs:// workdir, under the cwd
 # How a --backend local job stops, in `stop --help`, the manual and the launcher's first line.
 LOCAL_STOP = (
-    "Ctrl-C in the launcher's terminal, or `kill -INT PID` of the launcher (its pid is on its "
-    "first line): every process saves a checkpoint and stops, and the same command resumes"
+    "Ctrl-C in the launcher's terminal, or `kill PID` of the launcher (its pid is on its first "
+    "line): every process saves a checkpoint and stops, and the same command resumes"
 )
 STOP_GRACE_S = 60  # `stop`'s default wait for a checkpoint before SIGKILL; `run` uses it too
 # The program's flags that the launcher sets itself (or owns: its --dry-run prints the
@@ -911,14 +912,22 @@ def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
         return runner.run_commands(make_commands(), dry_run=True)
     print(f"launch: pid {os.getpid()}; to stop: {LOCAL_STOP}.", file=sys.stderr, flush=True)
     log_dir = Path(args.log_dir) if args.log_dir else local_log_dir(args.workdir)
-    return local.run_with_restarts(
-        make_commands,
-        log_dir,
-        args.timeout,
-        args.max_restarts,
-        args.restart_pause,
-        hang_s=args.hang_timeout,
-    )
+    # SIGTERM stops the job as Ctrl-C does, and SIGINT is Ctrl-C even where a shell started
+    # the launcher in the background with SIGINT ignored (a script's `&`).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGINT))
+    try:
+        return local.run_with_restarts(
+            make_commands,
+            log_dir,
+            args.timeout,
+            args.max_restarts,
+            args.restart_pause,
+            hang_s=args.hang_timeout,
+        )
+    except KeyboardInterrupt:  # between two starts: nothing runs
+        print("interrupted between two starts; nothing was running", file=sys.stderr)
+        return 130  # the shell's status for Ctrl-C, as `local.run` returns
 
 
 def uncommitted_files(source: str) -> list[str]:

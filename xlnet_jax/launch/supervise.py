@@ -23,6 +23,7 @@ end before it is killed.
 """
 
 import ctypes
+import functools
 import os
 import re
 import signal
@@ -88,7 +89,7 @@ def run(argv: Sequence[str], name: str, process_id: int | None = None) -> int:
         list(argv),
         stderr=subprocess.PIPE,
         env={**os.environ, SUPERVISED_ENV: "1"},
-        preexec_fn=_die_with_parent,
+        preexec_fn=functools.partial(signal_on_parent_death, signal.SIGKILL),
     )
     forwarded = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (
         signal.SIGTERM, signal.SIGINT
@@ -162,9 +163,10 @@ class _Reader(threading.Thread):
                 self.loss_seen = now
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL it when the parent dies (Linux; elsewhere a no-op)."""
+def signal_on_parent_death(signum: int) -> None:
+    """In a child, before exec: the signal it gets when its parent dies (Linux; elsewhere a
+    no-op)."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
     except (AttributeError, OSError):
         pass

@@ -158,8 +158,10 @@ class PretrainRun:
 
     def start_state(self, restored: TrainState | None) -> TrainState:
         if restored is not None:  # a run of mem_len 0 saves no memory item
-            return restored if restored.mems is not None else restored.replace(
-                mems=self.program.zero_mems()
+            return (
+                restored
+                if restored.mems is not None
+                else restored.replace(mems=self.program.zero_mems())
             )
         _announce_new_run(self.workdir)
         state = self.program.init_state()
