@@ -62,7 +62,6 @@ NOT_RUN_HERE = {
     "tests/test_own_text.py (4 steps), init_from in tests/test_init_from.py",
     "xlnet-jax eval": "needs the base run; tests/test_it_learns.py runs eval on its own run",
     "xlnet-jax export-hf": "needs the base run; tests/test_hf_io.py exports a trained run",
-    "xlnet-jax import-hf": "needs an HF checkpoint (path/to/hf-xlnet); tests/test_hf_io.py",
     "xlnet-jax compile": "large on v3:16x32 compiles for 5-10 minutes here; "
     "tests/test_compile.py compiles tiny through the same code",
     "xlnet-jax launch": "needs gcloud; the pod blocks below run their --dry-run exactly",
