@@ -273,3 +273,16 @@ def test_install_lines_install_the_checkout_with_extras_that_exist():
     assert by_name == []
     assert len(named) >= 5, named
     assert {e for group in named for e in group.split(",")} <= extras, (named, extras)
+
+
+def test_the_finetune_presets_page_has_every_preset_and_its_values():
+    """Every configs/finetune/*.py gets a section, with each value it sets apart from the
+    defaults: RACE's batch 32 and clip over 32 cores, STS-B's Adam epsilon."""
+    page = reference.finetune_presets_page()
+    presets = sorted((REPO / "configs" / "finetune").glob("*.py"))
+    sections = re.findall(r"^## `configs/finetune/(\w+)\.py`$", page, flags=re.MULTILINE)
+    assert sections == [p.stem for p in presets]
+    race = page.split("## `configs/finetune/race.py`")[1].split("## ")[0]
+    assert "| `batch_size` | `32` | `32` |" not in race  # only the values that differ
+    assert "| `clip_replicas` | `32` | `0` |" in race and "| `seq_len` | `512` | `128` |" in race
+    assert "| `adam_eps` | `1e-08` |" in page.split("sts_b.py`")[1]

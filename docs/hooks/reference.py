@@ -25,7 +25,11 @@ from xlnet_jax import config as xlnet_config  # noqa: E402
 from xlnet_jax.launch import pod  # noqa: E402
 
 PRESETS = ("tiny", "small", "base", "large")
-PAGES = {"reference/cli.md": lambda: cli_page(), "reference/config.md": lambda: config_page()}
+PAGES = {
+    "reference/cli.md": lambda: cli_page(),
+    "reference/config.md": lambda: config_page(),
+    "reference/finetune-presets.md": lambda: finetune_presets_page(),
+}
 
 
 def _cell(text: object) -> str:
@@ -146,7 +150,10 @@ def field_docs() -> dict[str, tuple[str, str]]:
 
 
 def _preset(name: str):
-    spec = importlib.util.spec_from_file_location(f"preset_{name}", REPO / "configs" / f"{name}.py")
+    """configs/NAME.py's config (NAME may be finetune/TASK)."""
+    spec = importlib.util.spec_from_file_location(
+        f"preset_{name.replace('/', '_')}", REPO / "configs" / f"{name}.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config()
@@ -178,6 +185,34 @@ def config_page() -> str:
         ]
         row = [f"`{field}`", _code(default), ", ".join(differ), _cell(comment)]
         lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def finetune_presets_page() -> str:
+    """Every fine-tuning preset's values where they differ from `finetune_config()`'s
+    defaults, read off the preset files themselves (the Fine-tune page says where each
+    value comes from)."""
+    from xlnet_jax.finetune.config import finetune_config
+
+    defaults = finetune_config()
+    names = sorted(p.stem for p in (REPO / "configs" / "finetune").glob("*.py"))
+    lines = [
+        "# Fine-tuning presets",
+        "",
+        "Generated at build time (`docs/hooks/reference.py`) from `configs/finetune/*.py`: each "
+        "preset's fields that differ from the fine-tuning defaults (`finetune_config()` in "
+        "`xlnet_jax/finetune/config.py`), with those defaults last. Intervals written as a "
+        "fraction of `num_train_steps` in the preset follow a shortened "
+        "`--config.num_train_steps`.",
+    ]
+    for name in names:
+        preset = _preset(f"finetune/{name}")
+        lines += ["", f"## `configs/finetune/{name}.py`", "", "| field | value | default |"]
+        lines.append("|---|---|---|")
+        for field in sorted(preset.keys()):
+            if field not in defaults or preset[field] != defaults[field]:
+                default = _code(defaults[field]) if field in defaults else "(none)"
+                lines.append(f"| `{field}` | {_code(preset[field])} | {default} |")
     return "\n".join(lines) + "\n"
 
 
