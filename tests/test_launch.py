@@ -692,3 +692,48 @@ def test_a_failure_quotes_this_starts_lines_only(tmp_path, capsys):
     assert "the second start's own line" in said and "first start" not in said, said
     text = (logs / "process_0.log").read_text()
     assert text.count("==== xlnet-jax launch: a new start at ") == 2 and "first start" in text
+
+
+SIGNAL_RECORDER = """
+import os, signal, sys, time
+flag = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+out = flag["workdir"] + "." + flag["process_id"]
+def record(signum, frame):
+    with open(out, "a") as f:
+        f.write(signal.Signals(signum).name + "\\n")
+    if signum == signal.SIGTERM:
+        time.sleep(0.5)  # a save
+        sys.exit(6)
+signal.signal(signal.SIGINT, record)
+signal.signal(signal.SIGTERM, record)
+open(out, "a").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_ctrl_c_in_the_terminal_reaches_the_processes_as_one_sigterm(tmp_path):
+    """A terminal's Ctrl-C signals its whole foreground process group. The local backend's
+    processes run in sessions of their own, so only the launcher gets the SIGINT; it sends
+    each process one SIGTERM (the preemption notice on which a trainer saves and releases
+    its lease), waits for them, and exits 130."""
+    script = tmp_path / "recorder.py"
+    script.write_text(SIGNAL_RECORDER)
+    workdir = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from xlnet_jax.launch import pod; sys.exit(pod.main("
+         f"sys.argv[1:], local_program=[sys.executable, {str(script)!r}]))", "train",
+         "--backend", "local", "--num-processes", "2", "--config", "configs/tiny.py",
+         "--workdir", str(workdir), "--log-dir", str(tmp_path / "logs")],
+        cwd=REPO, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    started = [Path(f"{workdir}.{i}") for i in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() for p in started):
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stderr.read()
+        time.sleep(0.05)
+    os.killpg(launcher.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    assert launcher.wait(timeout=60) == 130
+    said = launcher.stderr.read()
+    assert "interrupted: every process saves at its next step and stops" in said, said
+    assert [p.read_text() for p in started] == ["SIGTERM\n", "SIGTERM\n"]

@@ -11,13 +11,15 @@ checkpoint.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from xlnet_jax.errors import ConfigError
@@ -912,22 +914,38 @@ def _train_local(args: argparse.Namespace, program: Sequence[str]) -> int:
         return runner.run_commands(make_commands(), dry_run=True)
     print(f"launch: pid {os.getpid()}; to stop: {LOCAL_STOP}.", file=sys.stderr, flush=True)
     log_dir = Path(args.log_dir) if args.log_dir else local_log_dir(args.workdir)
-    # SIGTERM stops the job as Ctrl-C does, and SIGINT is Ctrl-C even where a shell started
-    # the launcher in the background with SIGINT ignored (a script's `&`).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGINT))
     try:
-        return local.run_with_restarts(
-            make_commands,
-            log_dir,
-            args.timeout,
-            args.max_restarts,
-            args.restart_pause,
-            hang_s=args.hang_timeout,
-        )
+        with _stop_signals():
+            return local.run_with_restarts(
+                make_commands,
+                log_dir,
+                args.timeout,
+                args.max_restarts,
+                args.restart_pause,
+                hang_s=args.hang_timeout,
+            )
     except KeyboardInterrupt:  # between two starts: nothing runs
         print("interrupted between two starts; nothing was running", file=sys.stderr)
         return 130  # the shell's status for Ctrl-C, as `local.run` returns
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[None]:
+    """SIGTERM stops a local job as Ctrl-C does, and SIGINT is Ctrl-C even where a shell
+    started the launcher in the background with SIGINT ignored (a script's `&`). Only the
+    main thread can set handlers; a launcher called from another thread keeps its process's.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def uncommitted_files(source: str) -> list[str]:
