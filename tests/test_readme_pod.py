@@ -51,9 +51,6 @@ NOT_RUN_HERE = {
     "bash scripts/demo.sh": "trains tiny for minutes; its numbers are the README's Demo "
     "result, and tests/test_own_text.py runs prepare -> train -> eval the same way",
     "bash scripts/test.sh": "is this suite (.ci/run runs it on a fresh clone)",
-    "bash scripts/venv.sh hf": "installs into the venv this suite runs in; the test extra holds "
-    "the hf extra's pinned torch and transformers, which tests/test_hf_io.py uses",
-    "source .venv/bin/activate": "a shell builtin: this suite runs in that venv (VENV_BIN)",
     "pip install": "changes the venv this suite runs in; the test extra holds the hf extra's "
     "torch and transformers, which tests/test_hf_io.py uses",
     "xlnet-jax prepare": "reads the user's text/*.txt (tests/test_own_text.py runs the own-text "
