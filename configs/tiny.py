@@ -6,8 +6,9 @@ xlnet-jax train --config configs/tiny.py --workdir demo/run --config.corpus_dir 
 From scratch, XLNet's PLM loss sits at the unigram entropy until roughly 100k targets have
 been predicted (xlnet-jax and HF's XLNetLMHeadModel alike, fed the same masks), so the demo
 predicts a third of each row (mask_alpha=2; the paper predicts a sixth) with a small
-vocabulary and model: 0.1-0.2 s a step on 2 cores, held-out loss ~1.3 nats under the unigram
-entropy after 2000 steps (README, "Demo result").
+vocabulary and model: 0.15-0.45 s a step on 2 cores (idle to loaded), held-out loss 4.40 nats
+after 2000 steps, 1.3 under the validation tokens' unigram entropy (docs/getting-started.md,
+"Demo result").
 """
 
 from xlnet_jax.config import cpu_demo_setting, default_config

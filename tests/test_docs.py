@@ -286,3 +286,21 @@ def test_the_finetune_presets_page_has_every_preset_and_its_values():
     assert "| `batch_size` | `32` | `32` |" not in race  # only the values that differ
     assert "| `clip_replicas` | `32` | `0` |" in race and "| `seq_len` | `512` | `128` |" in race
     assert "| `adam_eps` | `1e-08` |" in page.split("sts_b.py`")[1]
+
+
+def test_the_demo_result_is_quoted_as_measured_everywhere():
+    """Getting started's Demo result is the one place the demo's figures are measured; the
+    README, the Fine-tune page and tiny's docstring quote its final held-out loss."""
+    measured = (REPO / "docs" / "getting-started.md").read_text()
+    final = float(re.search(r"\((\d\.\d{4}) ± \d\.\d{4} at the end", measured).group(1))
+    assert f"/ {final:.2f} nats after 500 / 1000 / 1500 /" in measured
+    quoted = {
+        "README.md": rf"held-out\s+PLM loss ends at {final:.2f} nats",
+        "configs/tiny.py": rf"held-out loss {final:.2f} nats\s+after 2000 steps",
+    }
+    for path, pattern in quoted.items():
+        assert re.search(pattern, (REPO / path).read_text()), (path, pattern)
+    for path in ("README.md", "docs/fine-tuning.md", "configs/tiny.py"):
+        text = (REPO / path).read_text()
+        for loss in re.findall(r"held-out (?:PLM )?loss(?: ends at)? (\d\.\d\d)\b", text):
+            assert float(loss) == round(final, 2), (path, loss, final)
