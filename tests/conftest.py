@@ -34,6 +34,7 @@ LONGEST_FIRST = (
     "test_benchmarks_smoke.py",
     "test_compile.py",
     "test_multihost_restart.py",
+    "test_pages.py",
     "test_train_resume.py",
     "test_multihost_host_death.py",
     "test_gcs_faults_e2e.py",
