@@ -87,7 +87,10 @@ def write_task(root: str, out: str, per_section: int, words: int) -> dict[str, i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--init_from", required=True, help="pretraining workdir or HF dir")
+    parser.add_argument("--init_from", help="pretraining workdir or HF dir")
+    parser.add_argument(
+        "--build_only", action="store_true", help="only write OUT/data/{train,dev}.tsv"
+    )
     parser.add_argument("--out", required=True, help="where the task and the runs go")
     parser.add_argument("--man", default="/usr/share/man")
     parser.add_argument("--per_section", type=int, default=500)
@@ -99,6 +102,11 @@ def main() -> None:
     args = parser.parse_args()
     data = os.path.join(args.out, "data")
     counts = write_task(args.man, data, args.per_section, args.words)
+    if args.build_only:
+        print(f"{data}: {counts['train']} train and {counts['dev']} dev pages")
+        return
+    if args.init_from is None:
+        parser.error("--init_from is required unless --build_only")
     flags = [
         "--config", "configs/finetune/cpu.py", "--task_name", "classification",
         "--data_dir", data, "--init_from", args.init_from,

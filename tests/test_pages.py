@@ -1,12 +1,13 @@
-"""The tutorial pages run as written: every shell block of each page in PAGES, in the page's
-order, in one bash session (so a variable or a background job of one block reaches the next),
-from a folder that holds the checkout's configs/ as the page's commands expect, with the
-quick start's venv active. A block a CI machine cannot run is marked on the page itself
-(`<!--pytest.mark.skip(reason="...")-->`, with the test that covers it) and named here.
+"""The tutorial pages run as written: every shell block of each tour's pages (or page
+sections) in TOURS, in order, in one bash session (so a variable or a background job of one
+block reaches the next), from a folder that holds the checkout's configs/ and benchmarks/ as
+the pages' commands expect, with the quick start's venv active. A block a CI machine cannot
+run is marked on its page (`<!--pytest.mark.skip(reason="...")-->`, with the test that
+covers it) and named in SKIPPED.
 
 The blocks are read by pytest-codeblocks' parser (`extract_from_file`), the maintained
 reader of these markers. Its own runner is not used: it runs each block in a shell of its
-own, where a page's `eval "$(...)"`, `&` and `$!` mean nothing to the next block; a page is
+own, where a page's `eval "$(...)"`, `&` and `$!` mean nothing to the next block; a tour is
 one session, as a reader's terminal is.
 """
 
@@ -39,16 +40,26 @@ def _rehearsal_checks(out: str, folder: Path) -> None:
 
 
 def _first_run_checks(out: str, folder: Path) -> None:
-    """What docs/getting-started.md's first run says the reader sees."""
+    """What docs/getting-started.md's first run and the Fine-tune page's first fine-tuning
+    say the reader sees."""
     assert "already complete at step 100" in out, out[-4000:]
     assert "torch.Size([1, " in out and ", 2000])" in out, out[-4000:]  # vocabulary 2000
     assert (folder / "first" / "hf" / "config.json").is_file()
+    difference = re.search(r"largest logit difference .*: (\S+)$", out, flags=re.MULTILINE)
+    assert difference and float(difference.group(1)) < 1e-4, out[-4000:]  # float32 rounding
 
 
-# Page -> what its run must show beyond the blocks' exit status.
-PAGES: dict[str, Callable[[str, Path], None]] = {
-    "docs/rehearse-pod.md": _rehearsal_checks,
-    "docs/getting-started.md": _first_run_checks,
+# Each tour: the pages (or one section of a page, by its heading) whose blocks run in one
+# session, in this order, and what the run must show beyond the blocks' exit status.
+TOURS: dict[str, tuple[tuple[tuple[str, str | None], ...], Callable[[str, Path], None]]] = {
+    "rehearse-pod": ((("docs/rehearse-pod.md", None),), _rehearsal_checks),
+    "first-run": (
+        (
+            ("docs/getting-started.md", None),
+            ("docs/fine-tuning.md", "## A first fine-tuning in two minutes"),
+        ),
+        _first_run_checks,
+    ),
 }
 # Blocks marked skip on the pages, by page and first line: each says why on the page.
 SKIPPED = {
@@ -58,8 +69,34 @@ SKIPPED = {
 }
 
 
-def _blocks(page: str) -> list:
-    return [b for b in extract_from_file(ROOT / page) if b.syntax in SHELLS]
+def _section_lines(page: str, heading: str | None) -> range:
+    """The line numbers of `heading`'s section of the page (the whole page for None)."""
+    lines = (ROOT / page).read_text().splitlines()
+    if heading is None:
+        return range(1, len(lines) + 1)
+    start = lines.index(heading) + 1
+    level = heading.split(" ")[0] + " "
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith(level)), len(lines))
+    return range(start, end + 1)
+
+
+def _blocks(page: str, heading: str | None = None) -> list:
+    inside = _section_lines(page, heading)
+    return [b for b in extract_from_file(ROOT / page) if b.syntax in SHELLS and b.lineno in inside]
+
+
+def text_not_run(path: Path) -> str:
+    """The page's text without the parts the tours run (tests/test_readme_pod.py accounts
+    for the rest of its commands)."""
+    lines = path.read_text().splitlines()
+    run = {
+        n
+        for parts, _ in TOURS.values()
+        for page, heading in parts
+        if ROOT / page == path
+        for n in _section_lines(page, heading)
+    }
+    return "\n".join(line for n, line in enumerate(lines, 1) if n not in run) + "\n"
 
 
 def _skipped(block) -> bool:
@@ -72,27 +109,33 @@ def _skipped(block) -> bool:
 def test_the_pages_skip_only_the_blocks_named_here():
     skipped = {
         (page, block.code.splitlines()[0].split("  #")[0].strip())
-        for page in PAGES
-        for block in _blocks(page)
+        for parts, _ in TOURS.values()
+        for page, heading in parts
+        for block in _blocks(page, heading)
         if _skipped(block)
     }
     assert skipped == SKIPPED
 
 
-def _script(page: str) -> str:
-    """The page's runnable blocks as one bash script, each after a line naming it."""
-    parts = ["set -euo pipefail"]
-    for block in _blocks(page):
-        if not _skipped(block):
-            parts.append(f"echo '>>> {page}:{block.lineno}'")
-            parts.append(block.code)
-    return "\n".join(parts) + "\n"
+def _script(parts) -> tuple[str, int]:
+    """The tour's runnable blocks as one bash script, each after a line naming it; and how
+    many blocks it runs."""
+    lines, count = ["set -euo pipefail"], 0
+    for page, heading in parts:
+        for block in _blocks(page, heading):
+            if not _skipped(block):
+                lines += [f"echo '>>> {page}:{block.lineno}'", block.code]
+                count += 1
+    return "\n".join(lines) + "\n", count
 
 
-@pytest.mark.parametrize("page", sorted(PAGES))
-def test_the_page_runs_block_by_block_in_order(page, tmp_path):
-    (tmp_path / "configs").symlink_to(ROOT / "configs")
-    (tmp_path / "page.sh").write_text(_script(page))
+@pytest.mark.parametrize("tour", sorted(TOURS))
+def test_the_pages_run_block_by_block_in_order(tour, tmp_path):
+    parts, check = TOURS[tour]
+    for name in ("configs", "benchmarks"):  # what the pages' commands name, from the root
+        (tmp_path / name).symlink_to(ROOT / name)
+    script, count = _script(parts)
+    (tmp_path / "tour.sh").write_text(script)
     env = {
         **os.environ,
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
@@ -100,12 +143,12 @@ def test_the_page_runs_block_by_block_in_order(page, tmp_path):
         "PYTHONPATH": str(ROOT),
     }
     run = subprocess.Popen(
-        ["bash", "page.sh"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        ["bash", "tour.sh"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         stdout, stderr = run.communicate(timeout=600)
-    finally:  # what the page left running (a failed page's emulator, launcher, trainers)
+    finally:  # what the pages left running (a failed page's emulator, launcher, trainers)
         try:
             os.killpg(run.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -114,7 +157,7 @@ def test_the_page_runs_block_by_block_in_order(page, tmp_path):
     logs = "".join(p.read_text() for p in sorted(tmp_path.glob("*.log")))
     ran = re.findall(r"^>>> (\S+)$", stdout, flags=re.MULTILINE)
     assert run.returncode == 0, (
-        f"{page}: stopped after block {ran[-1:]}:\n{out[-6000:]}\n{logs[-4000:]}"
+        f"{tour}: stopped after block {ran[-1:]}:\n{out[-6000:]}\n{logs[-4000:]}"
     )
-    assert len(ran) == sum(not _skipped(b) for b in _blocks(page))
-    PAGES[page](out + logs, tmp_path)
+    assert len(ran) == count
+    check(out + logs, tmp_path)
