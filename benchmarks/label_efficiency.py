@@ -298,10 +298,10 @@ def report(args: argparse.Namespace, tasks: dict, results: dict, seconds: float)
         f"start: --init_from {args.init_from} and random weights of its shape and tokenizer; "
         f"tasks: {pools}\n"
         f"fine-tuning: {args.config}, {args.steps} steps of batch {args.batch_size}, seq_len "
-        f"{args.seq_len}, {args.steps // 10} warmup steps {' '.join(args.set)}; rate chosen "
-        f"of {rates} per task and start on the held-out part of train ({args.select_size} "
-        f"train examples, seed 0); each cell: dev accuracy, median (min-max) of seeds "
-        f"{list(range(args.seeds))}; {seconds:.0f} s for the whole command\n\n"
+        f"{args.seq_len}, {args.steps // 10} warmup steps{''.join(' ' + f for f in args.set)}; "
+        f"rate chosen of {rates} per task and start on the held-out part of train "
+        f"({args.select_size} train examples, seed 0); each cell: dev accuracy, median "
+        f"(min-max) of seeds {list(range(args.seeds))}; {seconds:.0f} s for the whole command\n\n"
         + table(args, tasks, results)
     )
 
@@ -338,7 +338,11 @@ def plot(path: str, args: argparse.Namespace, tasks: dict, results: dict) -> Non
         ax.set(title=f"{task}: {TASKS[task].split(' (')[0]}", xlabel="labelled examples",
                ylabel="dev accuracy", xscale="log")  # fmt: skip
         ax.title.set_fontsize("small")
-        ax.set_xticks(xs, [str(x) for x in xs])
+        # "all" on a second line: its count can sit close to 1024 on the log axis.
+        names = [
+            f"\n{x} (all)" if s == ALL else str(x) for s, x in zip(args.sizes, xs, strict=True)
+        ]
+        ax.set_xticks(xs, names)
         ax.minorticks_off()
         ax.legend(fontsize="small")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
