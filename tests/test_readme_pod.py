@@ -77,6 +77,9 @@ NOT_RUN_HERE = {
     "tensorboard": "a server that does not exit",
     "xlnet-jax finetune": "needs GLUE or RACE files and a pretrained model; "
     "tests/test_finetune_run.py runs finetune end to end on a tiny model and task",
+    "python benchmarks/label_efficiency.py": "32 fine-tuning processes (50 minutes on 2 "
+    "cores; its figures lead the Fine-tune page); tests/test_label_efficiency_smoke.py runs it "
+    "at toy size: a one-layer model, two sizes, one seed, a two-rate grid, two steps",
     "python benchmarks/finetune_man_sections.py": "fine-tunes twice for minutes (its figures "
     "are the Fine-tune page's); tests/test_finetune_run.py runs the same command path",
     "python benchmarks/finetune_long_documents.py": "fine-tunes four times for minutes (the "
