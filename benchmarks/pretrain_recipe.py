@@ -7,7 +7,7 @@ pretrain_vs_hf.py's corpus (the DESCRIPTIONs of this machine's man pages), token
 config (--config, configs/tiny.py by default, with --set) and schedule, with its own fields
 on top:
 
-  default        optax adamw (bias-corrected), one global clip: HF's and train_gpu.py's
+  default        optax adamw (bias-corrected), one global clip: HF's and the original train_gpu's
   paper's Adam   pretrain_adam_variant original: AdamWeightDecayOptimizer, no bias
                  correction (its early steps are larger)
   paper's update the paper's Adam and the TPU train.py's per-core clip over 8 cores

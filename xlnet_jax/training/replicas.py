@@ -1,6 +1,6 @@
 """The original's per-core clip, for pretraining's and fine-tuning's train steps alike.
 
-zihangdai/xlnet on TPU (train.py, run_classifier.py, run_squad.py, run_race.py) wraps its
+zihangdai/xlnet on TPU (its train, run_classifier, run_squad and run_race scripts) wraps its
 optimiser in TF1's CrossShardOptimizer, reduction MEAN: each core's gradient of its own
 rows' mean loss is divided by the core count, model_utils.get_train_op clips it by global
 norm on that core, and the cores' clipped gradients are summed. The result depends on the
