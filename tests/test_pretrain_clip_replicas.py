@@ -147,10 +147,15 @@ def reference(case):
     )
 
 
-@pytest.mark.parametrize("num_devices", [1, 8])
-def test_the_update_is_the_originals_tpu_update_on_any_device_count(case, reference, num_devices):
+@pytest.mark.parametrize(("num_devices", "micro_batches"), [(1, 1), (8, 1), (1, 2)])
+def test_the_update_is_the_originals_tpu_update_on_any_device_count(
+    case, reference, num_devices, micro_batches
+):
+    """On 1 and 8 devices; with 2 micro-batches each core's gradient is summed over both
+    before its clip (a core's share of a micro-batch lies within its share of the batch)."""
     config, batch, params, mems, _, _ = case
     assert jax.device_count() >= num_devices
+    config = _config(grad_accum_steps=micro_batches)
     want, global_clip, want_mems = reference
     got, got_mems, metrics = _ours(config, params, mems, batch, num_devices)
     initial = [np.asarray(p, np.float64) for p in jax.tree.leaves(params)]
