@@ -94,9 +94,10 @@ def train_step(
     With config.pretrain_clip_replicas n > 0 the gradient is the original TPU train.py's
     over n cores (replicas.replica_gradients): core r's rows are the r-th of n consecutive
     shares, with their own rows' memory and the same PLM sample as above; its loss is the
-    mean over its own targets; dropout draws fold_in(micro-batch key, r). `share_sharding`
-    (rows over the mesh's data axes) lays the shares on the data devices. 0: tx clips the
-    batch's gradient once.
+    mean over its own targets; dropout draws fold_in(micro-batch key, r). With bi_data and
+    n the data shards' count a share is a data shard's rows, forward then backward, as the
+    original's core. `share_sharding` (rows over the mesh's data axes) lays the shares on
+    the data devices. 0: tx clips the batch's gradient once.
 
     A non-finite loss, gradient norm or update norm skips the update (see guard_update) and
     is reported in the `nonfinite` metric, so the host checks it at log time instead of
