@@ -12,6 +12,10 @@ on top:
                  correction (its early steps are larger)
   paper's update the paper's Adam and the TPU train.py's per-core clip over 8 cores
                  (pretrain_clip_replicas 8: each core's gradient / 8 clipped, then summed)
+  paper's Adam, lr 2.5e-4
+                 the paper's Adam at a quarter of configs/tiny.py's peak rate: whether
+                 its gap is its larger early steps (without bias correction an update is
+                 (1 - b1^t) / sqrt(1 - b2^t) times adamw's: 5.0x at t = 40, 3.2x at 100)
 
 The judge is pretrain_vs_hf.py's, the same for every run: our `eval` of the held-out split
 under the default's seed-0 config (the same validation rows, targets, orders and carried
@@ -45,6 +49,8 @@ RECIPES = {  # name -> the --set fields it changes
     DEFAULT: (),
     "paper's Adam": ("pretrain_adam_variant=original",),
     "paper's update": ("pretrain_adam_variant=original", "pretrain_clip_replicas=8"),
+    # is the paper's Adam's gap its larger early steps? the same at a quarter of tiny's rate
+    "paper's Adam, lr 2.5e-4": ("pretrain_adam_variant=original", "learning_rate=0.00025"),
 }
 
 
