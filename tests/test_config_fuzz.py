@@ -152,6 +152,7 @@ FIELDS = {
     "race_rows": Entry(invalid=("original",)),
     "squad_postprocess": Entry(invalid=("hf",)),
     "pretrain_adam_variant": Entry(invalid=("adam",)),
+    "pretrain_clip_replicas": Entry(valid=((0, "one global clip (the default)"),)),
     "answer_class_start": Entry(invalid=("start",)),
     "squad_version": Entry(valid=(("", "the default: told from the data files"),)),
     "doc_stride": Entry(),

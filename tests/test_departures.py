@@ -15,8 +15,8 @@ OPTION = re.compile(r"--config\.(\w+)=([\w.]+)")
 
 # The fields that make a difference from the original, or undo one: each must be named.
 UNDOING = {
-    "race_rows", "ff_activation", "pretrain_adam_variant", "adam_variant", "clip_scope",
-    "clip_replicas", "squad_postprocess", "dtype",
+    "race_rows", "ff_activation", "pretrain_adam_variant", "pretrain_clip_replicas",
+    "adam_variant", "clip_scope", "clip_replicas", "squad_postprocess", "dtype",
 }  # fmt: skip
 
 

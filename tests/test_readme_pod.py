@@ -44,6 +44,10 @@ NOT_RUN_HERE = {
     "7 evals and 19 fine-tunings (about 66 minutes on 2 cores); "
     "tests/test_benchmark_transfer_smoke.py runs it for the default and one variant, two steps "
     "of a one-layer model, SST-2 only",
+    "python benchmarks/pretrain_recipe.py --out /tmp/recipe --steps 400 --seeds 1": "12 "
+    "pretrainings, 12 evals and 12 fine-tunings (40 minutes on 2 cores); "
+    "tests/test_benchmark_recipe_smoke.py runs it for two recipes at one seed, two steps of "
+    "a one-layer model, SST-2 only",
     "python benchmarks/finetune_vs_hf.py --out demo/vs_hf --init_from demo/run --steps 100 "
     "--batch_size 16 --seeds 3": "fine-tunes 24 runs (27 minutes on 2 cores); "
     "tests/test_benchmarks_smoke.py reads its files back through the GLUE readers",

@@ -375,6 +375,18 @@ FIELDS = (
         at_least(0, " (0 disables clipping)"),
     ),
     Field(
+        "pretrain_clip_replicas",
+        INT,
+        0,
+        "optimiser",
+        "Pretraining's clip: 0, one global clip of the batch's gradient (the default: "
+        "train_gpu.py's and HF's form, the same update on any device count); n > 0, the "
+        "original TPU train.py's per-core clip over n cores, whatever the mesh (each core's "
+        "share of the rows: its gradient / n clipped to clip_norm, then summed). Must "
+        "divide each micro-batch's rows. Fine-tuning takes clip_scope and clip_replicas.",
+        at_least(0, " (0: one global clip)"),
+    ),
+    Field(
         "seed",
         INT,
         0,

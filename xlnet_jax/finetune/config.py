@@ -18,6 +18,7 @@ from xlnet_jax.config import default_config
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.run.fields import field_problem, nonfinite_problem
 from xlnet_jax.run.validate import validate_accumulation
+from xlnet_jax.training.replicas import share_problem
 
 
 def finetune_config() -> ml_collections.ConfigDict:
@@ -68,14 +69,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.seq_len < 4:
         raise ConfigError(f"config.seq_len: must hold A <sep> <sep> <cls>, got {config.seq_len}")
     validate_accumulation(config)
-    replicas = config.get("clip_replicas", 0)
-    rows = config.batch_size // max(config.grad_accum_steps, 1)
-    if config.clip_scope == "replica" and replicas > 0 and rows % replicas:
-        raise ConfigError(
-            f"config.clip_replicas: {replicas} does not divide a micro-batch's {rows} rows "
-            f"(batch_size {config.batch_size} / grad_accum_steps {config.grad_accum_steps}); "
-            "set a count that divides it, or 0 for the mesh's data-parallel devices"
-        )
+    replicas = config.get("clip_replicas", 0) if config.clip_scope == "replica" else 0
+    zero = "the mesh's data-parallel devices"
+    if problem := share_problem(config, "clip_replicas", replicas, zero):
+        raise ConfigError(problem)
     if config.num_segments == 1 and config.mem_len > 0:
         raise ConfigError(
             f"config.mem_len: {config.mem_len} with config.num_segments 1 does nothing (the "

@@ -25,6 +25,7 @@ from xlnet_jax.finetune import optim
 from xlnet_jax.finetune.forward import apply_segments
 from xlnet_jax.finetune.task import INPUT_KEYS, Task
 from xlnet_jax.training import accumulate, sharding, steps
+from xlnet_jax.training import replicas as replicas_lib
 from xlnet_jax.training.optim import learning_rate_schedule
 from xlnet_jax.training.placement import place_state
 from xlnet_jax.training.program import compile_checked
@@ -100,72 +101,23 @@ def replica_gradients(
     sharding: NamedSharding | None = None,
     micro_batches: int = 1,
 ):
-    """(loss, unclipped gradient, clipped gradient) as the original's TPU step makes them.
-
-    TF1's CrossShardOptimizer (reduction MEAN) divides each replica's mean loss by the
-    replica count before its gradient; get_train_op clips that gradient by global norm,
-    then the replicas' gradients are summed. The batch's rows split into `replicas` equal
-    consecutive shares (the data-parallel devices' shares). Each replica's gradient of the
-    whole step is summed over `micro_batches` micro-batches first (a replica's share of a
-    micro-batch lies within its share of the batch, training/accumulate.py), then clipped.
-    Replica r drops out with fold_in(micro-batch key, r) (one replica: with that key; see
-    micro_key). loss_fn(params, rows, key, total_weight) -> (loss, aux) is the rows'
-    weighted loss sum over total_weight, here their share's weight. The returned loss is the
-    batch's weighted mean. `sharding` (the batch's) places share r, and its gradient, on
-    replica r's device when the shares spread evenly over the data devices; otherwise (a
-    replica count apart from the mesh, config.clip_replicas) the shares are left to XLA and
-    each share's rows follow the model's batch axis where they divide over the devices.
-    """
-    devices = 1 if sharding is None else sharding.mesh.shape["data"] * sharding.mesh.shape["fsdp"]
-    share_rows = batch["weight"].shape[0] // (replicas * micro_batches)
-    if replicas % devices:
-        sharding = None
-
-    def place(tree):
-        if sharding is None:
-            return tree
-        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
-
-    def shares(tree):
-        return place(jax.tree.map(lambda x: x.reshape(replicas, -1, *x.shape[1:]), tree))
-
-    weights = jnp.sum(shares(batch["weight"]), axis=1)  # each replica's weight in the step
-    grad_fn = jax.value_and_grad(lambda p, rows, k, total: loss_fn(p, rows, k, total)[0])
-    # Within a share the rows stay on its device: the model's "batch" constraints would
-    # spread the share's rows over every data device (each then computing every share).
-    rules = [
-        (name, None if name == "batch" else axes) for name, axes in nn.get_logical_axis_rules()
-    ]
-    if sharding is None and devices > 1 and share_rows % devices == 0:
-        rules = list(nn.get_logical_axis_rules())  # each share's rows over every device
-
-    def micro(index, rows):
-        k = micro_key(key, index, micro_batches)
-        if replicas == 1:
-            keys = k[None]
-        else:
-            keys = jax.vmap(functools.partial(jax.random.fold_in, k))(jnp.arange(replicas))
-        # The shares' axis lies on the data devices (spmd_axis_name, when they are all of
-        # the replicas): so the attention kernel's shard_map runs each device on its own
-        # share, not on every share.
-        spmd_axes = None
-        if sharding is not None and sharding.mesh.shape["fsdp"] == 1:
-            spmd_axes = "data"
-        with nn.logical_axis_rules(rules):
-            losses, grads = jax.vmap(grad_fn, in_axes=(None, 0, 0, 0), spmd_axis_name=spmd_axes)(
-                params, shares(rows), keys, weights
-            )
-        return (losses, place(grads)), None
-
-    zeros = jax.tree.map(lambda p: jnp.zeros((replicas, *p.shape), p.dtype), params)
-    init = (jnp.zeros((replicas,)), place(zeros))
-    (losses, grads), _ = accumulate.sum_over(micro, init, accumulate.split(batch, micro_batches))
-    grads = place(jax.tree.map(lambda g: g / replicas, grads))
-    clip = optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
-    clipped = jax.vmap(lambda g: clip.update(g, clip.init(g))[0])(grads)
-    loss = jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
-    total = functools.partial(jax.tree.map, lambda g: jnp.sum(g, axis=0))
-    return loss, total(grads), total(clipped)
+    """(loss, unclipped gradient, clipped gradient) as the original's TPU step over
+    `replicas` cores makes them (training/replicas.py, pretraining's per-core clip too):
+    each share's mean is over its features' weights (batch["weight"]); replica r of a
+    micro-batch drops out with fold_in(micro_key, r). loss_fn(params, rows, key,
+    total_weight) -> (loss, aux), as _loss; `sharding` is the batch's."""
+    loss, raw, clipped, _ = replicas_lib.replica_gradients(
+        lambda p, rows, k, total: (loss_fn(p, rows, k, total)[0], None),
+        params,
+        batch,
+        batch["weight"],
+        lambda index: micro_key(key, index, micro_batches),
+        replicas,
+        clip_norm,
+        sharding,
+        micro_batches,
+    )
+    return loss, raw, clipped
 
 
 def train_step(

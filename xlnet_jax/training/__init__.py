@@ -3,6 +3,7 @@
   program.py     build_program: the one place the train step is jitted
   steps.py       train and eval steps; placement.py, sharding.py lay them on the mesh
   optim.py       AdamW with warmup and decay
+  replicas.py    the original's per-core clip (pretraining's and fine-tuning's option)
   train.py       the loop: resume, checkpoints, metrics, progress line, profiling
   evaluate.py    held-out evaluation; metrics.py, progress.py, profiling.py report
   run_config.py  the run's saved config and what a resume may change

@@ -100,7 +100,8 @@ def original_adam(
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """Pretraining's: global-norm clip, then AdamW on the warmup/decay schedule
+    """Pretraining's: global-norm clip (unless pretrain_clip_replicas > 0: the train step
+    clips each core's share, training/replicas.py), then AdamW on the warmup/decay schedule
     (pretrain_adam_variant "adamw", the default) or the original's Adam ("original":
     original_adam, at weight_decay > 0 AdamWeightDecayOptimizer without bias correction)."""
     if config.get("pretrain_adam_variant", "adamw") == "original":
@@ -108,6 +109,6 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
         adam = original_adam(learning_rate_schedule(config), b1, b2, eps, config.weight_decay)
     else:
         adam = adamw(config)
-    if config.clip_norm <= 0:
+    if config.clip_norm <= 0 or config.get("pretrain_clip_replicas", 0) > 0:
         return adam
     return optax.chain(optax.clip_by_global_norm(config.clip_norm), adam)

@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.config import ModelConfig, data_ranges
@@ -24,7 +25,7 @@ from xlnet_jax.data import mixture
 from xlnet_jax.data.streams import StreamBatcher
 from xlnet_jax.errors import ConfigError
 from xlnet_jax.model.xlnet import XLNetLM
-from xlnet_jax.training import kernel_check, optim, placement, sharding, steps
+from xlnet_jax.training import kernel_check, optim, placement, replicas, sharding, steps
 
 log = logging.getLogger(__name__)
 
@@ -221,13 +222,24 @@ def build_program(config: ml_collections.ConfigDict, mesh: Mesh) -> Program:
             f"GPU (Triton) backends only, and would run interpreted on {platform}; set "
             "--config.attention_impl=xla (or auto)."
         )
+    cores, zero = config.get("pretrain_clip_replicas", 0), "one global clip"
+    if problem := replicas.share_problem(config, "pretrain_clip_replicas", cores, zero):
+        raise ConfigError(problem)
     tx = optim.make_optimizer(config)
     schedule = optim.learning_rate_schedule(config)
     init_state, abstract_state, state_shardings = placement.build_state(config, model, tx, mesh)
     batch_shardings = placement.batch_shardings(mesh, config.logical_axis_rules)
     replicated = sharding.replicated(mesh)
+    shares = NamedSharding(mesh, P(("data", "fsdp")))  # the per-core clip's shares
     train_step = jax.jit(
-        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule, config=config),
+        functools.partial(
+            steps.train_step,
+            model=model,
+            tx=tx,
+            schedule=schedule,
+            config=config,
+            share_sharding=shares,
+        ),
         in_shardings=(state_shardings, batch_shardings),
         out_shardings=(state_shardings, replicated),
         donate_argnums=0,

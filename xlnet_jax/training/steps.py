@@ -10,11 +10,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+from jax.sharding import NamedSharding
 
 from xlnet_jax.checkpoint.train_state import TrainState
 from xlnet_jax.model.xlnet import XLNetLM, uses_kernel
 from xlnet_jax.objective import plm
 from xlnet_jax.training import accumulate
+from xlnet_jax.training import replicas as replicas_lib
 
 # Codes of the `nonfinite` metric: which quantity went non-finite first.
 FINITE, NONFINITE_LOSS, NONFINITE_GRAD, NONFINITE_UPDATE = 0, 1, 2, 3
@@ -82,11 +84,20 @@ def train_step(
     tx: optax.GradientTransformation,
     schedule: optax.Schedule,
     config: ml_collections.ConfigDict,
+    share_sharding: NamedSharding | None = None,
 ) -> tuple[TrainState, dict]:
     """One optimiser step over the global batch, accumulating grad_accum_steps micro-batches.
 
     The PLM sample is drawn once for the whole batch and split with it, so accumulation
     changes only the summation order (and the dropout draws), not what is predicted.
+
+    With config.pretrain_clip_replicas n > 0 the gradient is the original TPU train.py's
+    over n cores (replicas.replica_gradients): core r's rows are the r-th of n consecutive
+    shares, with their own rows' memory and the same PLM sample as above; its loss is the
+    mean over its own targets; dropout draws fold_in(micro-batch key, r). With bi_data and
+    n the data shards' count a share is a data shard's rows, forward then backward, as the
+    original's core. `share_sharding` (rows over the mesh's data axes) lays the shares on
+    the data devices. 0: tx clips the batch's gradient once.
 
     A non-finite loss, gradient norm or update norm skips the update (see guard_update) and
     is reported in the `nonfinite` metric, so the host checks it at log time instead of
@@ -95,40 +106,54 @@ def train_step(
     plm_key, dropout_key = step_keys(state.rng, state.step)
     sample = sample_targets(batch, plm_key, config)
     n_micro = config.grad_accum_steps
-    micro_batches = accumulate.split((batch, sample), n_micro)
-    micro_mems = accumulate.split(jnp.swapaxes(state.mems, 0, 1), n_micro)  # [n, b, layers, ...]
+    rows = (batch, sample, jnp.swapaxes(state.mems, 0, 1))  # memory rows first: [b, layers, ...]
 
-    def micro_step(index, inputs):
-        (micro_batch, micro_sample), mems = inputs
-        mems = jnp.swapaxes(mems, 0, 1)
-        micro_key = jax.random.fold_in(dropout_key, index)
+    def summed_terms(params, micro_rows, key):
+        """((nll, count, correct) sums of the rows, their new memory rows first)."""
+        micro_batch, micro_sample, mems = micro_rows
+        terms, new_mems = forward(
+            model, params, micro_batch, micro_sample, jnp.swapaxes(mems, 0, 1), key,
+            config.reuse_len, deterministic=False,
+        )  # fmt: skip
+        return terms, jnp.swapaxes(new_mems, 0, 1)
 
-        def summed_nll(params):
-            terms, new_mems = forward(
-                model,
-                params,
-                micro_batch,
-                micro_sample,
-                mems,
-                micro_key,
-                config.reuse_len,
-                deterministic=False,
-            )
-            return terms[0], (terms, new_mems)
+    def micro_key(index):
+        return jax.random.fold_in(dropout_key, index)
 
-        grads, (terms, new_mems) = jax.grad(summed_nll, has_aux=True)(state.params)
-        return (grads, terms), jnp.swapaxes(new_mems, 0, 1)
+    replicas = config.get("pretrain_clip_replicas", 0)
+    if replicas > 0:
 
-    zero_grads = jax.tree.map(jnp.zeros_like, state.params)
-    zero_terms = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
-    (grads, (nll, count, correct)), new_mems = accumulate.sum_over(
-        micro_step, (zero_grads, zero_terms), (micro_batches, micro_mems)
-    )
+        def share_loss(params, share_rows, key, targets):
+            terms, new_mems = summed_terms(params, share_rows, key)
+            return terms[0] / jnp.maximum(targets, 1.0), (terms, new_mems)
+
+        _, raw, grads, (terms, new_mems) = replicas_lib.replica_gradients(
+            share_loss, state.params, rows, jnp.sum(sample.target_weights, axis=-1), micro_key,
+            replicas, config.clip_norm, share_sharding, n_micro,
+        )  # fmt: skip
+        nll, count, correct = (jnp.sum(t) for t in terms)  # over micro-batches and shares
+        new_mems = new_mems.reshape(n_micro, -1, *new_mems.shape[3:])  # [n, b / n, ...]
+        grad_norm = optax.tree.norm(raw)
+    else:
+
+        def micro_step(index, micro_rows):
+            def summed_nll(params):
+                terms, new_mems = summed_terms(params, micro_rows, micro_key(index))
+                return terms[0], (terms, new_mems)
+
+            grads, (terms, new_mems) = jax.grad(summed_nll, has_aux=True)(state.params)
+            return (grads, terms), new_mems
+
+        zero_grads = jax.tree.map(jnp.zeros_like, state.params)
+        zero_terms = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
+        (grads, (nll, count, correct)), new_mems = accumulate.sum_over(
+            micro_step, (zero_grads, zero_terms), accumulate.split(rows, n_micro)
+        )
+        grads = jax.tree.map(lambda g: g / jnp.maximum(count, 1.0), grads)
+        grad_norm = optax.tree.norm(grads)
     new_mems = jnp.swapaxes(accumulate.merge(new_mems), 0, 1)
     count = jnp.maximum(count, 1.0)
-    grads = jax.tree.map(lambda g: g / count, grads)
     loss = nll / count
-    grad_norm = optax.tree.norm(grads)
 
     updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
     nonfinite = nonfinite_code(loss, grad_norm, optax.tree.norm(updates))
