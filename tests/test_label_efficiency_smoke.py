@@ -72,7 +72,7 @@ def runs() -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, st
 
 def test_table_png_and_cache_are_written(runs):
     """A row per task and start, a difference row per task; accuracies are shares; the PNG,
-    table.md and each cell's and each rate's JSON exist."""
+    the markdown table and each cell's and each rate's JSON exist."""
     first, _, out = runs
     rows = [line.split(" | ") for line in first.stdout.splitlines() if line.startswith("| ")]
     assert [r[:2] for r in rows[1:]] == [
