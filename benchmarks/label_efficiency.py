@@ -32,8 +32,8 @@ the head's initialisation, dropout and batch order; every cell runs --steps step
 A rerun with the same --out reuses each finished run: a cell's or a rate's result is kept
 in its own JSON file under --out/cells and --out/select with the settings it ran with, and
 a run whose settings (rate, steps, files, start) changed is run again. The table goes to
-stdout and, as markdown and as JSON with every seed's scores, into --out; --png draws the curves (matplotlib, the
-`plots` extra).
+stdout and, as markdown and as JSON with every seed's scores, into --out; --png draws the
+curves (matplotlib, the `plots` extra).
 
     python benchmarks/label_efficiency.py --init_from demo/run --out demo/label_efficiency \\
         --png docs/images/label_efficiency.png
