@@ -22,7 +22,7 @@ def get_config():
     c.num_train_steps = 1000
     c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.log_every = 10
-    c.eval_every = c.get_ref("num_train_steps") // 2
+    c.eval_every = (c.get_ref("num_train_steps") + 1) // 2  # never 0
     c.eval_steps = 8  # 8 x 8 streams x 32 = 2,048 validation tokens
-    c.checkpoint_every = 100
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 9) // 10  # never 0
     return c

@@ -23,7 +23,7 @@ def get_config():
     c.log_every = 50
     # A quarter of the run (500 of 2000): a shortened --config.num_train_steps=400 still
     # prints held-out losses (every 100 steps) unless --config.eval_every is set too.
-    c.eval_every = c.get_ref("num_train_steps") // 4
+    c.eval_every = (c.get_ref("num_train_steps") + 3) // 4  # never 0
     c.eval_steps = 8
-    c.checkpoint_every = c.get_ref("num_train_steps") // 4
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 3) // 4  # never 0
     return c

@@ -269,23 +269,30 @@ PRESETS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.p
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_presets_schedule_follows_a_shortened_run(preset):
-    """Each preset's warmup and evaluation intervals are fractions of its num_train_steps,
-    so `--config.num_train_steps=40` on the command line gives a run that warms up and
-    evaluates (where the preset evaluates along the way) within its 40 steps (tiny at 400
-    steps printed no held-out loss; at 30 it refused to start, warmup 100 > 30)."""
+    """Each preset's warmup, evaluation and checkpoint intervals are fractions of its
+    num_train_steps, so a `--config.num_train_steps=N` on the command line gives a run that
+    warms up, evaluates (where the preset evaluates along the way) and saves within its N
+    steps, and an interval is never 0 (which the checks refuse) even at N = 1 or 2 (tiny at
+    400 steps printed no held-out loss; at 30 it refused to start, warmup 100 > 30)."""
     from absl import flags
 
     from xlnet_jax.run.flags import define_config
 
-    argv = ["x", f"--config={preset}"]
-    values = flags.FlagValues()
-    define_config(values, sys_argv=argv)
-    values(argv)
-    full = values.config
-    short = flags.FlagValues()
-    define_config(short, sys_argv=[*argv, "--config.num_train_steps=40"])
-    short([*argv, "--config.num_train_steps=40"])
-    for field in ("warmup_steps", "eval_every"):
-        if full[field]:
-            assert 0 < short.config[field] <= 40, (preset, field, short.config[field])
-            assert short.config[field] < full[field], (preset, field)
+    def loaded(*overrides):
+        argv = ["x", f"--config={preset}", *overrides]
+        values = flags.FlagValues()
+        define_config(values, sys_argv=argv)
+        values(argv)
+        return values.config
+
+    full = loaded()
+    for steps in (1, 2, 40):
+        short = loaded(f"--config.num_train_steps={steps}")
+        assert short.warmup_steps <= steps, (preset, steps, short.warmup_steps)
+        assert short.checkpoint_every >= 1, (preset, steps)
+        if full.eval_every:
+            assert 1 <= short.eval_every <= max(steps, 1), (preset, steps, short.eval_every)
+        if steps == 40:
+            for field in ("warmup_steps", "eval_every", "checkpoint_every"):
+                if full[field] > 40:
+                    assert short[field] <= 40, (preset, field, short[field])

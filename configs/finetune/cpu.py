@@ -19,5 +19,5 @@ def get_config():
     c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.learning_rate = 1e-4
     c.log_every = 25
-    c.checkpoint_every = c.get_ref("num_train_steps") // 3
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 2) // 3  # never 0
     return c

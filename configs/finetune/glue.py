@@ -29,6 +29,6 @@ def get_config():
     c.clip_replicas = 8  # UNSURE: the paper's GLUE runs on a v3-8 (8 cores), not checked
     c.dtype = "float32"  # as the original's run_classifier (use_bfloat16 False)
     c.log_every = 100
-    c.eval_every = c.get_ref("num_train_steps") // 10
-    c.checkpoint_every = c.get_ref("num_train_steps") // 10
+    c.eval_every = (c.get_ref("num_train_steps") + 9) // 10  # never 0
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 9) // 10  # never 0
     return c

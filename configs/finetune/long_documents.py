@@ -26,6 +26,6 @@ def get_config():
     c.warmup_steps = c.get_ref("num_train_steps") // 10
     c.learning_rate = 2e-5
     c.log_every = 100
-    c.eval_every = c.get_ref("num_train_steps") // 4
-    c.checkpoint_every = c.get_ref("num_train_steps") // 4
+    c.eval_every = (c.get_ref("num_train_steps") + 3) // 4  # never 0
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 3) // 4  # never 0
     return c

@@ -32,6 +32,6 @@ def get_config():
     c.dtype = "bfloat16"
     c.remat = True
     c.log_every = 100
-    c.eval_every = c.get_ref("num_train_steps") // 6
-    c.checkpoint_every = c.get_ref("num_train_steps") // 12
+    c.eval_every = (c.get_ref("num_train_steps") + 5) // 6  # never 0
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 11) // 12  # never 0
     return c

@@ -33,7 +33,7 @@ def get_config():
     c.min_lr_ratio = 0.0
     c.dtype = "float32"  # the original's (use_bfloat16 False); Base fits a GPU in it
     c.remat = True
-    c.checkpoint_every = c.get_ref("num_train_steps") // 12
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 11) // 12  # never 0
     # XLNet-Base's shape
     c.vocab_size, c.d_model, c.n_layer, c.n_head, c.d_head, c.d_inner = 32000, 768, 12, 12, 64, 3072
     return c

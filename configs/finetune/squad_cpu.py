@@ -24,5 +24,5 @@ def get_config():
     c.warmup_steps = c.get_ref("num_train_steps") // 20
     c.learning_rate = 1e-4
     c.log_every = 25
-    c.checkpoint_every = c.get_ref("num_train_steps") // 6
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 5) // 6  # never 0
     return c

@@ -34,5 +34,5 @@ def get_config():
     c.min_lr_ratio = 0.0
     c.dtype = "bfloat16"
     c.remat = True
-    c.checkpoint_every = c.get_ref("num_train_steps") // 8
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 7) // 8  # never 0
     return c

@@ -24,6 +24,6 @@ def get_config():
     c.adam_eps = 1e-8  # run_classifier's adam_epsilon default, which the README command keeps
     c.clip_replicas = 4  # UNSURE: 4 GPU towers (num_core_per_host 4), each clipping its own
     c.log_every = 50
-    c.eval_every = c.get_ref("num_train_steps") // 2
-    c.checkpoint_every = c.get_ref("num_train_steps") // 2
+    c.eval_every = (c.get_ref("num_train_steps") + 1) // 2  # never 0
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 1) // 2  # never 0
     return c

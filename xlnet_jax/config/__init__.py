@@ -127,7 +127,7 @@ def published_setting(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict
     c.remat = True
     c.log_every = 100
     c.eval_every = (c.get_ref("num_train_steps") + 49) // 50  # 10k of 500k; never 0
-    c.checkpoint_every = 2_000
+    c.checkpoint_every = (c.get_ref("num_train_steps") + 249) // 250  # 2k of 500k
     return c
 
 
