@@ -2,6 +2,7 @@
 (tests/xla_flags.py), and float32 matmuls, before jax is imported."""
 
 import os
+import sys
 
 from tests.xla_flags import COMPILATION_CACHE, FAST_COMPILE  # noqa: E402
 
@@ -57,6 +58,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Puts LONGEST_FIRST's files first, in its order; the rest keep theirs."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.fixture(autouse=True)
+def cli_errors_end_the_call_not_the_worker(monkeypatch):
+    """An `xlnet-jax` command that fails exits at once (`cli._exit_now`: os._exit, so that
+    library threads print nothing after its line). Called in-process by a test, that would
+    end the pytest worker itself, which pytest-xdist reports as a crashed node and can wait
+    on forever; here it raises SystemExit with the command's exit code instead."""
+    from xlnet_jax import cli
+
+    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))
 
 
 @pytest.fixture

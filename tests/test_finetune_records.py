@@ -68,7 +68,6 @@ def snapshot(workdir) -> dict[str, bytes]:
 @pytest.fixture(autouse=True)
 def exits_raise(monkeypatch):
     """A refused or stopped command exits through os._exit: here a SystemExit instead."""
-    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))
 
 
 @pytest.fixture(scope="module")

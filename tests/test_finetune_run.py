@@ -222,7 +222,6 @@ def test_a_tokenizer_of_another_vocabulary_is_one_line(source, data, tmp_path, c
     other = tmp_path / "other"
     shutil.copytree(source, other)
     train_tokenizer(_sentences(np.random.default_rng(3), 2000), str(other / "spiece.model"), 30)
-    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))  # not os._exit here
     with pytest.raises(SystemExit) as exited:
         finetune(tmp_path / "run", other, data)
     assert exited.value.code == 1
@@ -312,7 +311,6 @@ def test_seeds_side_by_side_stop_together_and_end_as_each_seed_run_alone(source,
 def test_seeds_that_cannot_run_side_by_side_are_one_line(
     flags, said, source, data, tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))  # not os._exit here
     try:
         code = finetune(tmp_path / "run", source, data, *flags)
     except SystemExit as exited:  # a config error exits; a usage error is returned
@@ -338,7 +336,6 @@ def test_a_diverged_run_stops_in_one_line_and_writes_no_result(
     way the command fails with the loop's one line (pretraining's), and no
     eval_results.json or final checkpoint looks like a result."""
     workdir = tmp_path / policy
-    monkeypatch.setattr(cli, "_exit_now", lambda code: sys.exit(code))  # not os._exit here
     with pytest.raises(SystemExit) as exited:
         finetune(
             workdir, source, data, "--config.learning_rate=1e30",
